@@ -1,0 +1,45 @@
+"""Provider metadata that Airflow reads through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_iceberg import __version__
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-iceberg",
+        "name": "Iceberg gated compaction",
+        "description": "Compacts streaming-written Apache Iceberg tables with Spark behind a MySQL write gate.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Iceberg write gate",
+                "external-doc-url": "https://iceberg.apache.org/docs/latest/spark-procedures/",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.hooks.write_gate"]}
+        ],
+        "operators": [
+            {
+                "integration-name": "Iceberg write gate",
+                "python-modules": ["airflow_iceberg.operators.write_gate", "airflow_iceberg.operators.rewrite"],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.sensors.snapshot_idle"]}
+        ],
+        "triggers": [
+            {"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.triggers.snapshot_idle"]}
+        ],
+        "connection-types": [
+            {
+                "connection-type": "iceberg_write_gate",
+                "hook-class-name": "airflow_iceberg.hooks.write_gate.WriteGateHook",
+                "hook-name": "Iceberg Write Gate (MySQL)",
+            }
+        ],
+    }

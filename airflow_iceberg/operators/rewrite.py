@@ -1,0 +1,122 @@
+"""Run an Iceberg rewrite procedure as a PySpark job through spark-submit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import spark_jobs
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Context
+from airflow_iceberg.catalogs import spark_settings_for_connection
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.writer_idle import WriteGateNotHeldError
+from spark_jobs.iceberg_call import TableName, build_call, normalize_options, parse_result_line
+
+SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
+RUN_PROCEDURE_JOB = SPARK_JOBS_DIR / "run_procedure.py"
+
+
+class IcebergRewriteOperator(SparkSubmitOperator):
+    """Run ``CALL <catalog>.system.<procedure>(...)`` on one table in a PySpark job and push its result row.
+
+    The job (``spark_jobs/run_procedure.py``) builds the ``CALL`` from checked parts: the table name must be
+    ``catalog.namespace.table``, option names come from the procedure's known list, and option values and the
+    ``where`` predicate travel as escaped string literals. The same checks run here when the DAG is parsed,
+    so bad input fails before any gate is closed.
+
+    The Spark catalog settings come from the Iceberg connection that the sensor also reads; a catalog password
+    goes to the job in its environment, never on the command line or into rendered templates. If
+    ``write_gate_conn_id`` is set, the job is submitted only while this run still holds the table's gate.
+
+    In local and client deploy modes the job's result row (for ``rewrite_data_files``:
+    ``rewritten_data_files_count``, ``added_data_files_count``, ``rewritten_bytes_count``, ...) is logged and
+    returned, so it lands in XCom. In cluster deploy mode the driver's output stays on the cluster and the
+    task returns None.
+
+    :param table: The table, ``catalog.namespace.table``.
+    :param procedure: ``rewrite_data_files`` or ``rewrite_position_delete_files``.
+    :param options: Procedure options by Iceberg's names, e.g. ``{"target-file-size-bytes": 134217728}``.
+    :param where: Spark SQL predicate selecting the partitions to rewrite. (templated)
+    :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
+    :param write_gate_conn_id: If set, check that this run holds the gate before submitting.
+    :param kwargs: Passed to :class:`SparkSubmitOperator` (``conn_id``, ``jars``, ``packages``, ``conf``, ...).
+    """
+
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "where")
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        procedure: str,
+        options: Mapping[str, Any] | None = None,
+        where: str | None = None,
+        iceberg_conn_id: str | None = None,
+        write_gate_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = TableName.parse(table)
+        normalize_options(procedure, options)
+        kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
+        kwargs.setdefault("py_files", str(SPARK_JOBS_DIR / "iceberg_call.py"))
+        kwargs.setdefault("name", f"iceberg-{procedure}-{name}")
+        super().__init__(**kwargs)
+        self.table = table
+        self.procedure = procedure
+        self.options = dict(options or {})
+        self.where = where
+        self.iceberg_conn_id = iceberg_conn_id or name.catalog
+        self.write_gate_conn_id = write_gate_conn_id
+        self._result: dict[str, Any] | None = None
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        name = TableName.parse(self.table)
+        build_call(self.procedure, name, self.options, self.where)  # the rendered where, checked before Spark
+        if self.write_gate_conn_id:
+            gate = WriteGateHook(self.write_gate_conn_id).get_state(str(name))
+            if not gate.held_by(run_owner(context)):
+                raise WriteGateNotHeldError(
+                    f"not rewriting {name}: its write gate is not held by this run (state {gate.state!r}, "
+                    f"owner {gate.owner}, lease until {gate.lease_expires_at})"
+                )
+        catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
+        # Set after template rendering on purpose: neither the catalog settings nor the secret are rendered.
+        self.conf = {**catalog.conf, **(self.conf or {})}
+        self.env_vars = {**(self.env_vars or {}), **catalog.secret_env}
+        self.application_args = [
+            "--table", str(name),
+            "--procedure", self.procedure,
+            "--options", json.dumps(self.options),
+        ]  # fmt: skip
+        if self.where:
+            self.application_args += ["--where", self.where]
+        self._result = None
+        super().execute(context)
+        if self._result is None:
+            self.log.warning("The Spark job reported no result row (cluster deploy mode keeps driver output)")
+        else:
+            self.log.info("%s on %s: %s", self.procedure, name, self._result)
+        return self._result
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        process_log = hook._process_spark_submit_log
+
+        # Let the hook log spark-submit's output as usual while picking out the job's result line.
+        def process_log_and_capture_result(lines: Iterator[Any]) -> None:
+            process_log(self._capture_result(lines))
+
+        hook._process_spark_submit_log = process_log_and_capture_result  # type: ignore[method-assign]
+        return hook
+
+    def _capture_result(self, lines: Iterator[Any]) -> Iterator[Any]:
+        for line in lines:
+            result = parse_result_line(str(line).strip())
+            if result is not None:
+                self._result = result
+            yield line

@@ -1,0 +1,93 @@
+"""Sensor that waits until a gated table's streaming writer has gone quiet."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
+from airflow_iceberg.writer_idle import check_writer_idle
+from spark_jobs.iceberg_call import TableName
+
+
+class SnapshotIdleSensor(BaseSensorOperator):
+    """Wait until no snapshot has been committed to ``table`` for ``idle_seconds`` while this run holds its gate.
+
+    The quiet time is counted from the later of the gate's close time and the table's newest snapshot, both
+    against the database clock; snapshots are read with the Iceberg provider's ``IcebergHook`` (pyiceberg, no
+    Spark). It works in ``poke`` and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer. It
+    fails at once if this run no longer holds the gate, since the writer may then be committing.
+
+    :param table: The table, ``catalog.namespace.table``.
+    :param idle_seconds: How long the table must have been quiet.
+    :param iceberg_conn_id: Iceberg connection for the table's catalog; defaults to the catalog's name.
+    :param write_gate_conn_id: Connection of the gate's MySQL database.
+    :param deferrable: Wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ()
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        idle_seconds: int = 300,
+        iceberg_conn_id: str | None = None,
+        write_gate_conn_id: str = WriteGateHook.default_conn_name,
+        deferrable: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        name = TableName.parse(table)
+        if isinstance(idle_seconds, bool) or not isinstance(idle_seconds, int) or idle_seconds < 0:
+            raise ValueError(f"idle_seconds must be a non-negative integer, got {idle_seconds!r}")
+        self.table = table
+        self.idle_seconds = idle_seconds
+        self.iceberg_conn_id = iceberg_conn_id or name.catalog
+        self.write_gate_conn_id = write_gate_conn_id
+        self.deferrable = deferrable
+
+    def _check(self, context: Context):
+        return check_writer_idle(
+            table=self.table,
+            owner=run_owner(context),
+            idle_seconds=self.idle_seconds,
+            iceberg_conn_id=self.iceberg_conn_id,
+            write_gate_conn_id=self.write_gate_conn_id,
+        )
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        check = self._check(context)
+        self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, self.idle_seconds)
+        return PokeReturnValue(is_done=check.done, xcom_value=check.as_xcom())
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        check = self._check(context)  # done already, or a clear error, without a trip to the triggerer
+        if check.done:
+            return check.as_xcom()
+        owner = run_owner(context)
+        self.defer(
+            trigger=SnapshotIdleTrigger(
+                table=self.table,
+                dag_id=owner.dag_id,
+                run_id=owner.run_id,
+                idle_seconds=self.idle_seconds,
+                iceberg_conn_id=self.iceberg_conn_id,
+                write_gate_conn_id=self.write_gate_conn_id,
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "success":
+            raise RuntimeError(f"waiting for the writer of {self.table} to go quiet failed: {event.get('message')}")
+        self.log.info("%s quiet: %s", self.table, event["check"])
+        return event["check"]

@@ -1,0 +1,36 @@
+# shellcheck shell=bash
+# The embedded default environment: local Spark, a local warehouse, the machine's MySQL. Sourced by
+# scripts/setup.sh and the Makefile's targets; every value can be overridden from the calling environment.
+_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+export AIRFLOW_ICEBERG_ROOT="$_root"
+export AIRFLOW_ICEBERG_BUILD="${AIRFLOW_ICEBERG_BUILD:-$_root/build}"
+export AIRFLOW_ICEBERG_JARS="${AIRFLOW_ICEBERG_JARS:-$AIRFLOW_ICEBERG_BUILD/jars}"
+export AIRFLOW_ICEBERG_WAREHOUSE_DIR="${AIRFLOW_ICEBERG_WAREHOUSE_DIR:-$AIRFLOW_ICEBERG_BUILD/warehouse}"
+export AIRFLOW_ICEBERG_MYSQL_HOST="${AIRFLOW_ICEBERG_MYSQL_HOST:-127.0.0.1}"
+export AIRFLOW_ICEBERG_MYSQL_PORT="${AIRFLOW_ICEBERG_MYSQL_PORT:-3306}"
+export AIRFLOW_ICEBERG_MYSQL_USER="${AIRFLOW_ICEBERG_MYSQL_USER:-root}"
+export AIRFLOW_ICEBERG_MYSQL_PASSWORD="${AIRFLOW_ICEBERG_MYSQL_PASSWORD:-}"
+export AIRFLOW_ICEBERG_GATE_DB="${AIRFLOW_ICEBERG_GATE_DB:-airflow_iceberg}"
+export AIRFLOW_ICEBERG_CATALOG_DB="${AIRFLOW_ICEBERG_CATALOG_DB:-iceberg_catalog}"
+
+# Airflow: its own home and SQLite metadata under build/, our DAG folder, no examples.
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$AIRFLOW_ICEBERG_BUILD/airflow-home}"
+export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_root/dags}"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
+
+# Spark: the Spark environment's spark-submit on PATH (SparkSubmitHook runs it from there).
+export PATH="$_root/.venv/spark/bin:$PATH"
+export PYSPARK_PYTHON="$_root/.venv/spark/bin/python"
+export SPARK_HOME="$_root/.venv/spark/lib/python3.11/site-packages/pyspark"
+
+# Connections. Host-only JSON for Spark: a URI such as spark://local[2] is misparsed as YARN.
+_mysql_auth="$AIRFLOW_ICEBERG_MYSQL_USER"
+[[ -n "$AIRFLOW_ICEBERG_MYSQL_PASSWORD" ]] && _mysql_auth="$_mysql_auth:$AIRFLOW_ICEBERG_MYSQL_PASSWORD"
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\": \"spark\", \"host\": \"local[2]\"\}}"
+# The Iceberg connection is named after the Spark catalog ("lake"): pyiceberg's SQL catalog keys its rows by
+# catalog name, and IcebergHook names the catalog after its connection id.
+export AIRFLOW_CONN_LAKE="${AIRFLOW_CONN_LAKE:-{\"conn_type\": \"iceberg\", \"extra\": {\"type\": \"sql\", \"uri\": \"mysql+pymysql://$_mysql_auth@$AIRFLOW_ICEBERG_MYSQL_HOST:$AIRFLOW_ICEBERG_MYSQL_PORT/$AIRFLOW_ICEBERG_CATALOG_DB\", \"warehouse\": \"file://$AIRFLOW_ICEBERG_WAREHOUSE_DIR\"\}\}}"
+export AIRFLOW_CONN_WRITE_GATE_DEFAULT="${AIRFLOW_CONN_WRITE_GATE_DEFAULT:-{\"conn_type\": \"iceberg_write_gate\", \"host\": \"$AIRFLOW_ICEBERG_MYSQL_HOST\", \"port\": $AIRFLOW_ICEBERG_MYSQL_PORT, \"login\": \"$AIRFLOW_ICEBERG_MYSQL_USER\", \"password\": \"$AIRFLOW_ICEBERG_MYSQL_PASSWORD\", \"schema\": \"$AIRFLOW_ICEBERG_GATE_DB\"\}}"
+unset _root _mysql_auth

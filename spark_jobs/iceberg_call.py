@@ -1,0 +1,192 @@
+"""Validate table names and procedure options, and build Iceberg's Spark ``CALL`` statements safely.
+
+Pure Python on purpose: the Spark job builds its ``CALL`` with it, and Airflow validates the same input with it
+at DAG-parse time, before any gate is closed. Nothing here imports Airflow or PySpark.
+
+Spark SQL cannot take the arguments of a ``CALL`` as bind parameters, so every piece is either checked against
+a strict pattern (catalog, namespace, table), taken from a known list (procedure, option names), or passed as
+an escaped string literal (option values, the ``where`` predicate).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+#: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
+RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
+
+#: Environment variable that carries the JDBC catalog password to the Spark job, so it never appears on the
+#: spark-submit command line, in rendered templates or in logs.
+CATALOG_PASSWORD_ENV = "AIRFLOW_ICEBERG_CATALOG_JDBC_PASSWORD"
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+_BOOL = "boolean"
+_POSITIVE_INT = "positive integer"
+_NON_NEGATIVE_INT = "non-negative integer"
+_RATIO = "number between 0 and 1"
+_JOB_ORDERS = ("none", "bytes-asc", "bytes-desc", "files-asc", "files-desc")
+
+# Options each procedure accepts, with the kind of value each takes (Iceberg 1.10 Spark procedures).
+_COMMON_REWRITE_OPTIONS: dict[str, object] = {
+    "max-concurrent-file-group-rewrites": _POSITIVE_INT,
+    "partial-progress.enabled": _BOOL,
+    "partial-progress.max-commits": _POSITIVE_INT,
+    "rewrite-job-order": _JOB_ORDERS,
+    "target-file-size-bytes": _POSITIVE_INT,
+    "min-file-size-bytes": _NON_NEGATIVE_INT,
+    "max-file-size-bytes": _POSITIVE_INT,
+    "min-input-files": _POSITIVE_INT,
+    "rewrite-all": _BOOL,
+    "max-file-group-size-bytes": _POSITIVE_INT,
+}
+PROCEDURE_OPTIONS: dict[str, dict[str, object]] = {
+    "rewrite_data_files": {
+        **_COMMON_REWRITE_OPTIONS,
+        "partial-progress.max-failed-commits": _NON_NEGATIVE_INT,
+        "use-starting-sequence-number": _BOOL,
+        "delete-file-threshold": _POSITIVE_INT,
+        "delete-ratio-threshold": _RATIO,
+        "remove-dangling-deletes": _BOOL,
+        "output-spec-id": _NON_NEGATIVE_INT,
+    },
+    "rewrite_position_delete_files": dict(_COMMON_REWRITE_OPTIONS),
+}
+
+
+class InvalidCallError(ValueError):
+    """A table name, procedure or option that must not reach Spark; the message names the bad value."""
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A fully qualified Iceberg table name, ``catalog.namespace.table``, each part a plain identifier."""
+
+    catalog: str
+    namespace: str
+    table: str
+
+    @classmethod
+    def parse(cls, text: object) -> TableName:
+        """Parse ``catalog.namespace.table``; raise :class:`InvalidCallError` naming the value otherwise."""
+        if not isinstance(text, str):
+            raise InvalidCallError(f"table must be a string 'catalog.namespace.table', got {text!r}")
+        parts = text.split(".")
+        if len(parts) != 3 or not all(_IDENTIFIER.fullmatch(p) for p in parts):
+            raise InvalidCallError(
+                f"table {text!r} is not 'catalog.namespace.table' with each part made of letters, digits "
+                "and underscores (not starting with a digit)"
+            )
+        return cls(*parts)
+
+    @property
+    def in_catalog(self) -> str:
+        """The name inside its catalog, ``namespace.table``, as Iceberg procedures and pyiceberg take it."""
+        return f"{self.namespace}.{self.table}"
+
+    def __str__(self) -> str:
+        return f"{self.catalog}.{self.namespace}.{self.table}"
+
+
+def sql_string_literal(value: str) -> str:
+    """Quote ``value`` as a Spark SQL string literal, escaping backslashes and single quotes."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _format_option(procedure: str, name: str, value: object, kind: object) -> str:
+    def bad(expected: str) -> InvalidCallError:
+        return InvalidCallError(f"{procedure} option {name!r} must be a {expected}, got {value!r}")
+
+    if kind == _BOOL:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower()
+        raise bad(_BOOL)
+    if kind in (_POSITIVE_INT, _NON_NEGATIVE_INT):
+        if isinstance(value, bool):
+            raise bad(str(kind))
+        try:
+            number = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise bad(str(kind)) from None
+        if str(number) != str(value).strip() or number < (1 if kind == _POSITIVE_INT else 0):
+            raise bad(str(kind))
+        return str(number)
+    if kind == _RATIO:
+        try:
+            ratio = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise bad(_RATIO) from None
+        if isinstance(value, bool) or not 0.0 <= ratio <= 1.0:
+            raise bad(_RATIO)
+        return repr(ratio)
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise bad("one of " + ", ".join(kind))
+        return str(value)
+    raise AssertionError(f"unknown option kind {kind!r}")
+
+
+def normalize_options(procedure: str, options: Mapping[str, object] | None) -> dict[str, str]:
+    """Check ``options`` against what ``procedure`` accepts and return them as the strings Spark takes."""
+    known = _procedure_options(procedure)
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise InvalidCallError(f"{procedure} options must be a mapping of option name to value, got {options!r}")
+    normalized = {}
+    for name, value in options.items():
+        if name not in known:
+            raise InvalidCallError(
+                f"{procedure} does not take option {name!r}; known options: {', '.join(sorted(known))}"
+            )
+        normalized[name] = _format_option(procedure, name, value, known[name])
+    return normalized
+
+
+def _procedure_options(procedure: str) -> dict[str, object]:
+    try:
+        return PROCEDURE_OPTIONS[procedure]
+    except KeyError:
+        raise InvalidCallError(
+            f"procedure {procedure!r} is not supported; choose one of {', '.join(PROCEDURE_OPTIONS)}"
+        ) from None
+
+
+def build_call(
+    procedure: str,
+    table: TableName,
+    options: Mapping[str, object] | None = None,
+    where: str | None = None,
+) -> str:
+    """Return the ``CALL <catalog>.system.<procedure>(...)`` statement for ``table``.
+
+    The ``where`` predicate is Spark SQL that Iceberg parses itself; it is passed as one escaped string
+    literal, so it can never end the literal and add SQL of its own.
+    """
+    normalized = normalize_options(procedure, options)
+    if where is not None and not isinstance(where, str):
+        raise InvalidCallError(f"where must be a string predicate or None, got {where!r}")
+    args = [f"table => {sql_string_literal(table.in_catalog)}"]
+    if normalized:
+        pairs = ", ".join(f"{sql_string_literal(k)}, {sql_string_literal(v)}" for k, v in normalized.items())
+        args.append(f"options => map({pairs})")
+    if where is not None and where.strip():
+        args.append(f"where => {sql_string_literal(where)}")
+    return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
+
+
+def format_result_line(result: Mapping[str, object]) -> str:
+    """The line the Spark job prints for its result row."""
+    return RESULT_MARKER + json.dumps(dict(result), sort_keys=True, default=str)
+
+
+def parse_result_line(line: str) -> dict[str, object] | None:
+    """The result row from a line printed by :func:`format_result_line`, or None for any other line."""
+    if not line.startswith(RESULT_MARKER):
+        return None
+    return json.loads(line[len(RESULT_MARKER) :])
