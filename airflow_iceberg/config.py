@@ -129,11 +129,11 @@ def _describe(error: ValidationError) -> str:
 
 
 def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
-    """``entry`` over ``defaults``; mappings present in both (``spark``, options) merge one level deep."""
+    """``entry`` over ``defaults``; mappings in both (``spark``, ``spark.conf``, options) merge key by key."""
     merged = {**defaults, **entry}
     for key, value in entry.items():
         if isinstance(value, Mapping) and isinstance(defaults.get(key), Mapping):
-            merged[key] = {**defaults[key], **value}
+            merged[key] = _merge(defaults[key], value)
     return merged
 
 

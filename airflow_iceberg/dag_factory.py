@@ -37,7 +37,9 @@ def build_compaction_dag(config: TableConfig) -> DAG:
         "executor_memory": spark.executor_memory,
         "num_executors": spark.num_executors,
     }
-    with DAG(
+    # Built without `with DAG(...)`, which would auto-register the DAG in whatever module imports this; the
+    # DAG file that exports these DAGs puts them in its globals itself.
+    dag = DAG(
         dag_id=compaction_dag_id(config),
         description=f"Gated compaction of {config.table}",
         schedule=config.schedule,
@@ -50,42 +52,45 @@ def build_compaction_dag(config: TableConfig) -> DAG:
             f"has been quiet for {config.idle_seconds} s, rewrites small data files and position-delete files "
             "with Spark, and reopens the gate whatever happened."
         ),
-    ) as dag:
-        close_gate = CloseWriteGateOperator(
-            task_id="close_gate",
+    )
+    close_gate = CloseWriteGateOperator(
+        task_id="close_gate",
+        dag=dag,
+        table=config.table,
+        lease_seconds=config.lease_seconds,
+        write_gate_conn_id=config.write_gate_conn_id,
+    )
+    wait = SnapshotIdleSensor(
+        task_id="wait_until_writer_idle",
+        dag=dag,
+        table=config.table,
+        idle_seconds=config.idle_seconds,
+        iceberg_conn_id=config.catalog_conn_id,
+        write_gate_conn_id=config.write_gate_conn_id,
+        deferrable=config.deferrable,
+        mode="poke" if config.deferrable else "reschedule",
+        poke_interval=config.poke_seconds,
+        timeout=config.lease_seconds // 2,
+    )
+    rewrites = [
+        IcebergRewriteOperator(
+            task_id=procedure,
+            dag=dag,
             table=config.table,
-            lease_seconds=config.lease_seconds,
-            write_gate_conn_id=config.write_gate_conn_id,
-        )
-        wait = SnapshotIdleSensor(
-            task_id="wait_until_writer_idle",
-            table=config.table,
-            idle_seconds=config.idle_seconds,
+            procedure=procedure,
+            options=getattr(config, procedure),
+            where=config.where,
             iceberg_conn_id=config.catalog_conn_id,
             write_gate_conn_id=config.write_gate_conn_id,
-            deferrable=config.deferrable,
-            mode="poke" if config.deferrable else "reschedule",
-            poke_interval=config.poke_seconds,
-            timeout=config.lease_seconds // 2,
+            execution_timeout=timedelta(seconds=config.lease_seconds),
+            **spark_args,
         )
-        rewrites = [
-            IcebergRewriteOperator(
-                task_id=procedure,
-                table=config.table,
-                procedure=procedure,
-                options=getattr(config, procedure),
-                where=config.where,
-                iceberg_conn_id=config.catalog_conn_id,
-                write_gate_conn_id=config.write_gate_conn_id,
-                execution_timeout=timedelta(seconds=config.lease_seconds),
-                **spark_args,
-            )
-            for procedure in REWRITE_PROCEDURES
-        ]
-        open_gate = OpenWriteGateOperator(
-            task_id="open_gate", table=config.table, write_gate_conn_id=config.write_gate_conn_id
-        )
-        close_gate >> wait >> rewrites[0] >> rewrites[1] >> open_gate.as_teardown(setups=close_gate)
+        for procedure in REWRITE_PROCEDURES
+    ]
+    open_gate = OpenWriteGateOperator(
+        task_id="open_gate", dag=dag, table=config.table, write_gate_conn_id=config.write_gate_conn_id
+    )
+    close_gate >> wait >> rewrites[0] >> rewrites[1] >> open_gate.as_teardown(setups=close_gate)
     return dag
 
 

@@ -69,6 +69,10 @@ _OPEN = f"""UPDATE {GATE_TABLE}
     WHERE table_name = %(table)s AND state = 'closed'
       AND owner_dag_id = %(dag_id)s AND owner_run_id = %(run_id)s"""
 
+_FORCE_OPEN = f"""UPDATE {GATE_TABLE}
+    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL
+    WHERE table_name = %s AND state = 'closed'"""
+
 _AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
     VALUES (%s, %s, %s, %s, %s, %s)"""
 
@@ -275,6 +279,21 @@ class WriteGateHook(BaseHook):
         else:
             self.log.warning("Write gate of %s left as it is: %s", name, why)
         return opened, after
+
+    def force_open(self, table: str, reason: str) -> bool:
+        """Open the gate of ``table`` whoever holds it, recording ``reason``; return whether it was closed.
+
+        For people, not DAGs: releasing writers at once after a run died, instead of waiting out its lease.
+        """
+        name = str(TableName.parse(table))
+        self.ensure_schema()
+        with self.get_conn() as db, db.cursor() as cursor:
+            cursor.execute(_FORCE_OPEN, (name,))
+            was_closed = cursor.rowcount == 1
+            cursor.execute(_AUDIT, (name, "force_open", None, None, None, reason[:1000]))
+            db.commit()
+        self.log.warning("Write gate of %s forced open (%s): %s", name, "was closed" if was_closed else "was open", reason)
+        return was_closed
 
     def audit_trail(self, table: str) -> list[dict[str, Any]]:
         """Every recorded close, open and refusal for ``table``, oldest first, times in UTC."""

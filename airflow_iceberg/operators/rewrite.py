@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from airflow.sdk import Context
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.spark_output import tap_spark_output
 from airflow_iceberg.writer_idle import WriteGateNotHeldError
 from spark_jobs.iceberg_call import TableName, build_call, normalize_options, parse_result_line
 
@@ -104,19 +105,9 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         return self._result
 
     def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        process_log = hook._process_spark_submit_log
+        return tap_spark_output(super()._get_hook(), self._keep_result)
 
-        # Let the hook log spark-submit's output as usual while picking out the job's result line.
-        def process_log_and_capture_result(lines: Iterator[Any]) -> None:
-            process_log(self._capture_result(lines))
-
-        hook._process_spark_submit_log = process_log_and_capture_result  # type: ignore[method-assign]
-        return hook
-
-    def _capture_result(self, lines: Iterator[Any]) -> Iterator[Any]:
-        for line in lines:
-            result = parse_result_line(str(line).strip())
-            if result is not None:
-                self._result = result
-            yield line
+    def _keep_result(self, line: str) -> None:
+        result = parse_result_line(line)
+        if result is not None:
+            self._result = result

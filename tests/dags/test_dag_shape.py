@@ -1,0 +1,69 @@
+"""The DAG a table entry becomes: id, task chain, teardown, one run at a time."""
+
+from __future__ import annotations
+
+from airflow.sdk import TriggerRule
+from airflow_iceberg.config import TableConfig
+from airflow_iceberg.dag_factory import build_compaction_dag
+
+CHAIN = [
+    "close_gate",
+    "wait_until_writer_idle",
+    "rewrite_data_files",
+    "rewrite_position_delete_files",
+    "open_gate",
+]
+
+
+def make_dag(**settings):
+    return build_compaction_dag(TableConfig.model_validate({"table": "lake.sales.orders", **settings}))
+
+
+def test_dag_id_and_chain_follow_the_table():
+    dag = make_dag()
+    assert dag.dag_id == "iceberg_compact__lake__sales__orders"
+    assert [t.task_id for t in dag.topological_sort()] == CHAIN
+    for upstream, downstream in zip(CHAIN, CHAIN[1:]):
+        assert downstream in dag.get_task(upstream).downstream_task_ids
+    assert dag.max_active_runs == 1
+
+
+def test_open_gate_is_the_teardown_of_close_gate_so_it_always_runs_but_never_masks_a_failure():
+    dag = make_dag()
+    open_gate = dag.get_task("open_gate")
+    assert open_gate.is_teardown
+    assert dag.get_task("close_gate").is_setup
+    assert open_gate.trigger_rule == TriggerRule.ALL_DONE_SETUP_SUCCESS
+    assert "close_gate" in open_gate.upstream_task_ids
+
+
+def test_table_settings_reach_the_tasks():
+    dag = make_dag(
+        schedule="@hourly",
+        idle_seconds=90,
+        lease_seconds=900,
+        deferrable=True,
+        where="dt >= '{{ ds_nodash }}'",
+        rewrite_data_files={"target-file-size-bytes": 134217728},
+        spark_conn_id="spark_yarn",
+        iceberg_conn_id="lake_catalog",
+        write_gate_conn_id="gate_prod",
+        spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"]},
+    )
+    close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_writer_idle")
+    rewrite = dag.get_task("rewrite_data_files")
+    assert close.lease_seconds == 900 and close.write_gate_conn_id == "gate_prod"
+    assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
+    assert wait.timeout == 450  # half the lease, leaving the rest for the rewrites
+    assert rewrite.options == {"target-file-size-bytes": 134217728}
+    assert rewrite.where == "dt >= '{{ ds_nodash }}'"
+    assert rewrite._conn_id == "spark_yarn"
+    assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+    assert rewrite.write_gate_conn_id == "gate_prod"
+    assert dag.get_task("rewrite_position_delete_files").options == {}
+    assert dag.schedule == "@hourly"
+
+
+def test_sensor_reschedules_unless_deferrable():
+    assert make_dag().get_task("wait_until_writer_idle").mode == "reschedule"
+    assert make_dag(deferrable=True).get_task("wait_until_writer_idle").mode == "poke"
