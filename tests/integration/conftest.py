@@ -118,7 +118,7 @@ def table_list_file(tmp_path_factory: pytest.TempPathFactory, integration_stack:
 
 @pytest.fixture
 def compaction_dag(table_list_file: Path):
-    """Add a table to the suite's table list and return its compaction DAG as the DAG folder defines it.
+    """Put a table in the suite's table list (replacing its entry) and return its DAG as ``dags/`` builds it.
 
     ``dag.test()`` re-parses the DAG folder, so the DAG it runs is the one ``dags/iceberg_compaction.py``
     builds from the table list, exactly as in a deployment.
@@ -127,6 +127,7 @@ def compaction_dag(table_list_file: Path):
 
     def add(table: str, **settings: Any):
         document = yaml.safe_load(table_list_file.read_text())
+        document["tables"] = [t for t in document["tables"] if t["table"] != table]
         document["tables"].append({"table": table, **settings})
         table_list_file.write_text(yaml.safe_dump(document))
         bag = DagBag(dag_folder=str(ROOT / "dags"))
@@ -137,7 +138,7 @@ def compaction_dag(table_list_file: Path):
     return add
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def table_config():
     """A validated :class:`TableConfig` for a test table, with the suite's defaults."""
     from airflow_iceberg.config import TableConfig
