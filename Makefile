@@ -4,7 +4,7 @@ SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
 
-.PHONY: setup demo test unit clean
+.PHONY: setup demo test unit lint clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,8 +12,12 @@ setup:
 demo: setup
 	@$(ENV) $(PY) -m airflow_iceberg.demo
 
-test: setup
+test: setup lint
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs dags tests
+	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs dags tests
 
 unit: setup
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+from sqlalchemy.engine import make_url
 
 from spark_jobs.iceberg_call import CATALOG_PASSWORD_ENV
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pendulum
-
 from airflow.sdk import DAG
+
 from airflow_iceberg.config import TableConfig, TableList, load_table_list
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator

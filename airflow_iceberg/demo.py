@@ -7,6 +7,7 @@ and submitting the gated small-files writer (``spark_jobs/small_files_writer.py`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -17,10 +18,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlparse
 
-from pyiceberg.exceptions import NoSuchTableError
-
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from pyiceberg.exceptions import NoSuchTableError
+
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.config import TableConfig, load_table_list
 from airflow_iceberg.dag_factory import compaction_dag_id
@@ -62,11 +63,12 @@ class TableStats:
         )
 
 
-def write_small_files(config: TableConfig, *writer_args: str) -> dict[str, object]:
+def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | None = None) -> dict[str, object]:
     """Run the gated small-files writer on ``config.table`` in Spark; return the summary it prints.
 
     ``writer_args`` are the writer's own options (``--commits``, ``--days``, ...). The writer checks the
-    table's gate in the database of ``config.write_gate_conn_id`` before every commit.
+    table's gate in the database of ``config.write_gate_conn_id`` before every commit. With ``log_file``,
+    spark-submit's output goes there instead of the Airflow log.
     """
     name = config.name
     catalog = spark_settings_for_connection(name.catalog, config.catalog_conn_id)
@@ -80,21 +82,31 @@ def write_small_files(config: TableConfig, *writer_args: str) -> dict[str, objec
         py_files=",".join(str(SPARK_JOBS_DIR / m) for m in ("iceberg_call.py", "write_gate.py")),
         name=f"small-files-writer-{name}",
         application_args=[
-            "--table", str(name),
-            "--gate-host", gate.host or "127.0.0.1",
-            "--gate-port", str(gate.port or 3306),
-            "--gate-user", gate.login or "root",
-            "--gate-database", gate.schema,
+            "--table",
+            str(name),
+            "--gate-host",
+            gate.host or "127.0.0.1",
+            "--gate-port",
+            str(gate.port or 3306),
+            "--gate-user",
+            gate.login or "root",
+            "--gate-database",
+            gate.schema,
             *writer_args,
         ],  # fmt: skip
         env_vars={**catalog.secret_env, "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or ""},
     )
 
-
     def keep_summary(line: str) -> None:  # the writer's last stdout line is its JSON summary
         if line.startswith('{"table"'):
             summary.update(json.loads(line))
 
+    if log_file is not None:
+        file_logger = logging.getLogger(f"airflow_iceberg.demo.spark.{name}")
+        file_logger.propagate = False
+        file_logger.addHandler(logging.FileHandler(log_file, mode="w"))
+        file_logger.setLevel(logging.INFO)
+        hook._log = file_logger  # LoggingMixin.log returns this logger
     tap_spark_output(hook, keep_summary).submit(str(SPARK_JOBS_DIR / "small_files_writer.py"))
     if not summary:
         raise RuntimeError(f"the small-files writer for {name} printed no summary")
@@ -134,6 +146,8 @@ def _show(label: str, stats: TableStats) -> None:
 
 
 def main() -> int:
+    # The summary is what the demo is for; pyiceberg's note that the catalog uses its v0 schema is not.
+    logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)
     tables = {t.table: t for t in load_table_list().tables}
     if DEMO_TABLE not in tables:
         raise SystemExit(f"demo: {DEMO_TABLE} is not in the table list (or has errors)")
@@ -145,16 +159,19 @@ def main() -> int:
     gate_hook = WriteGateHook(config.write_gate_conn_id)
     # The demo table is new, so its gate starts open, even if an interrupted demo left it closed.
     gate_hook.force_open(DEMO_TABLE, "make demo recreates the table")
-    written = write_small_files(config, "--days", "3", "--commits", "5", "--files-per-commit", "14")
-    print(f"    writer: {written}")
+    build = Path(os.environ.get("AIRFLOW_ICEBERG_BUILD", "build"))
+    build.mkdir(parents=True, exist_ok=True)
+    written = write_small_files(
+        config, "--days", "3", "--commits", "5", "--files-per-commit", "14", log_file=build / "demo-writer.log"
+    )
+    print(f"    writer: {written} (log: {build / 'demo-writer.log'})")
     before = TableStats.read(config.catalog_conn_id, DEMO_TABLE)
 
     logical_date = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     print(f"==> airflow dags test {dag_id} {logical_date}")
     started = time.monotonic()
     test = _airflow("dags", "test", dag_id, logical_date)
-    log_path = Path(os.environ.get("AIRFLOW_ICEBERG_BUILD", "build")) / "demo-dags-test.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = build / "demo-dags-test.log"
     log_path.write_text(test.stdout + test.stderr)
     print(f"    finished in {time.monotonic() - started:.1f} s (exit {test.returncode}); log: {log_path}")
     listing = _airflow("dags", "list-runs", dag_id, "--output", "json").stdout.splitlines()

@@ -20,9 +20,7 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "hooks": [
-            {"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.hooks.write_gate"]}
-        ],
+        "hooks": [{"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.hooks.write_gate"]}],
         "operators": [
             {
                 "integration-name": "Iceberg write gate",

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from spark_jobs.iceberg_call import TableName
 

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     name = TableName.parse(args.table)
     quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
 
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     spark = (
         SparkSession.builder.appName(f"small-files-writer-{name}")

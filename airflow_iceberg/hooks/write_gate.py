@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pymysql
+from airflow.sdk import BaseHook
 from pymysql.constants import CLIENT
 
-from airflow.sdk import BaseHook
 from spark_jobs.iceberg_call import TableName
 from spark_jobs.write_gate import AUDIT_TABLE, GATE_TABLE
 
@@ -111,9 +111,7 @@ class GateState:
     def pauses_writers(self) -> bool:
         """The writers' rule: closed and the lease not yet ended."""
         return (
-            self.state == "closed"
-            and self.lease_expires_at is not None
-            and self.lease_expires_at > self.database_now
+            self.state == "closed" and self.lease_expires_at is not None and self.lease_expires_at > self.database_now
         )
 
     def held_by(self, owner: GateOwner) -> bool:
@@ -233,9 +231,7 @@ class WriteGateHook(BaseHook):
                     action, detail = "close", f"took over the expired lease of {before.owner}"
                 else:
                     action, detail = "close", None
-                cursor.execute(
-                    _AUDIT, (name, action, owner.dag_id, owner.run_id, after.lease_expires_at, detail)
-                )
+                cursor.execute(_AUDIT, (name, action, owner.dag_id, owner.run_id, after.lease_expires_at, detail))
             else:
                 detail = f"held by {before.owner} until {before.lease_expires_at:%Y-%m-%d %H:%M:%S.%f} UTC"
                 cursor.execute(
@@ -244,9 +240,7 @@ class WriteGateHook(BaseHook):
             db.commit()
         if not closed:
             raise WriteGateHeldError(f"cannot close the write gate of {name} for {owner}: it is {detail}")
-        self.log.info(
-            "Write gate of %s closed by %s until %s (database time)", name, owner, after.lease_expires_at
-        )
+        self.log.info("Write gate of %s closed by %s until %s (database time)", name, owner, after.lease_expires_at)
         return after
 
     def open_gate(self, table: str, owner: GateOwner) -> tuple[bool, GateState]:
@@ -292,7 +286,10 @@ class WriteGateHook(BaseHook):
             was_closed = cursor.rowcount == 1
             cursor.execute(_AUDIT, (name, "force_open", None, None, None, reason[:1000]))
             db.commit()
-        self.log.warning("Write gate of %s forced open (%s): %s", name, "was closed" if was_closed else "was open", reason)
+        if was_closed:
+            self.log.warning("Write gate of %s forced open: %s", name, reason)
+        else:
+            self.log.info("Write gate of %s was already open: %s", name, reason)
         return was_closed
 
     def audit_trail(self, table: str) -> list[dict[str, Any]]:

@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import spark_jobs
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
+
+import spark_jobs
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner

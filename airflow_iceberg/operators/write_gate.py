@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
+
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from spark_jobs.iceberg_call import TableName
 
@@ -48,9 +49,7 @@ class CloseWriteGateOperator(BaseOperator):
         self.write_gate_conn_id = write_gate_conn_id
 
     def execute(self, context: Context) -> dict[str, str]:
-        state = WriteGateHook(self.write_gate_conn_id).close_gate(
-            self.table, run_owner(context), self.lease_seconds
-        )
+        state = WriteGateHook(self.write_gate_conn_id).close_gate(self.table, run_owner(context), self.lease_seconds)
         return {
             "table": self.table,
             "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]

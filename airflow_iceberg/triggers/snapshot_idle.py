@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
 from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.writer_idle import check_writer_idle
 
@@ -78,8 +79,6 @@ class SnapshotIdleTrigger(BaseTrigger):
             if check.done:
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})
                 return
-            self.log.info(
-                "%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, check.idle_seconds
-            )
+            self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, check.idle_seconds)
             # Wake at the moment the window would end, unless a poll is due sooner.
             await asyncio.sleep(max(0.5, min(self.poll_interval, check.idle_seconds - check.quiet_seconds)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from airflow.sdk import TriggerRule
+
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag
 
@@ -23,7 +24,7 @@ def test_dag_id_and_chain_follow_the_table():
     dag = make_dag()
     assert dag.dag_id == "iceberg_compact__lake__sales__orders"
     assert [t.task_id for t in dag.topological_sort()] == CHAIN
-    for upstream, downstream in zip(CHAIN, CHAIN[1:]):
+    for upstream, downstream in zip(CHAIN, CHAIN[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids
     assert dag.max_active_runs == 1
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
 from airflow_iceberg.demo import TableStats, write_small_files
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 
@@ -59,9 +59,7 @@ def test_a_dag_run_compacts_the_table_keeps_every_row_and_reopens_the_gate(small
     rewrite = run.get_task_instance("rewrite_data_files").xcom_pull(task_ids="rewrite_data_files")
     assert rewrite["rewritten_data_files_count"] == before.data_files
     assert rewrite["added_data_files_count"] == after.data_files
-    deletes = run.get_task_instance("rewrite_position_delete_files").xcom_pull(
-        task_ids="rewrite_position_delete_files"
-    )
+    deletes = run.get_task_instance("rewrite_position_delete_files").xcom_pull(task_ids="rewrite_position_delete_files")
     assert "rewritten_delete_files_count" in deletes
 
 
@@ -81,9 +79,7 @@ def test_a_where_predicate_limits_the_rewrite_to_its_partitions(small_files_tabl
     assert after_per_day[days[0]] == per_day[days[0]]  # the older partition was not touched
 
 
-def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unchanged(
-    untouched_table, compaction_dag
-):
+def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unchanged(untouched_table, compaction_dag):
     table = untouched_table
     before = TableStats.read("lake", table)
     snapshots_before = snapshot_ids(table)
@@ -104,9 +100,7 @@ def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unch
     assert snapshot_ids(table) == snapshots_before
 
 
-def test_a_killed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unchanged(
-    untouched_table, compaction_dag
-):
+def test_a_killed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unchanged(untouched_table, compaction_dag):
     table = untouched_table
     before = TableStats.read("lake", table)
     snapshots_before = snapshot_ids(table)

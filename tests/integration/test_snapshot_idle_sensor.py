@@ -6,8 +6,8 @@ import asyncio
 
 import pyarrow as pa
 import pytest
-
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
 from airflow_iceberg.writer_idle import WriteGateNotHeldError, check_writer_idle

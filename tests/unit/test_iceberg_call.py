@@ -76,7 +76,9 @@ def test_unknown_option_is_refused_by_name():
 
 
 def test_option_only_valid_for_data_files_is_refused_for_position_deletes():
-    with pytest.raises(InvalidCallError, match="rewrite_position_delete_files does not take option 'delete-file-threshold'"):
+    with pytest.raises(
+        InvalidCallError, match="rewrite_position_delete_files does not take option 'delete-file-threshold'"
+    ):
         normalize_options("rewrite_position_delete_files", {"delete-file-threshold": 2})
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from airflow.sdk import TriggerRule
+
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
