@@ -136,6 +136,30 @@ def _gate_state(row: tuple[Any, ...]) -> GateState:
     )
 
 
+def _conditional_update(
+    cursor: pymysql.cursors.Cursor, table: str, statement: str, params: dict[str, Any]
+) -> tuple[bool, GateState, GateState]:
+    """Run a conditional UPDATE of ``table``'s gate row; return whether it matched, and the row before and after.
+
+    The row is created if missing and locked first, so "before" is exactly what the UPDATE's condition saw.
+    The caller commits, together with its audit row.
+    """
+    cursor.execute(_ENSURE_ROW, (table,))
+    cursor.execute(_SELECT + " FOR UPDATE", (table,))
+    before = _gate_state(cursor.fetchone())
+    cursor.execute(statement, params)
+    matched = cursor.rowcount == 1  # matched, not changed: the connection sets CLIENT.FOUND_ROWS
+    cursor.execute(_SELECT, (table,))
+    return matched, before, _gate_state(cursor.fetchone())
+
+
+def check_lease_seconds(lease_seconds: object) -> int:
+    """``lease_seconds`` if it is a positive integer; a ValueError naming the value otherwise."""
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds <= 0:
+        raise ValueError(f"lease_seconds must be a positive integer, got {lease_seconds!r}")
+    return lease_seconds
+
+
 class WriteGateHook(BaseHook):
     """Close and open Iceberg write gates kept in MySQL, and read their state and audit trail.
 
@@ -212,18 +236,11 @@ class WriteGateHook(BaseHook):
         nothing but the audit trail.
         """
         name = str(TableName.parse(table))
-        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be a positive integer, got {lease_seconds!r}")
+        check_lease_seconds(lease_seconds)
         self.ensure_schema()
         params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id, "lease_seconds": lease_seconds}
         with self.get_conn() as db, db.cursor() as cursor:
-            cursor.execute(_ENSURE_ROW, (name,))
-            cursor.execute(_SELECT + " FOR UPDATE", (name,))
-            before = _gate_state(cursor.fetchone())
-            cursor.execute(_CLOSE, params)
-            closed = cursor.rowcount == 1
-            cursor.execute(_SELECT, (name,))
-            after = _gate_state(cursor.fetchone())
+            closed, before, after = _conditional_update(cursor, name, _CLOSE, params)
             if closed:
                 if before.held_by(owner):
                     action, detail = "reclose", "lease renewed by its holder"
@@ -252,13 +269,7 @@ class WriteGateHook(BaseHook):
         self.ensure_schema()
         params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id}
         with self.get_conn() as db, db.cursor() as cursor:
-            cursor.execute(_ENSURE_ROW, (name,))
-            cursor.execute(_SELECT + " FOR UPDATE", (name,))
-            before = _gate_state(cursor.fetchone())
-            cursor.execute(_OPEN, params)
-            opened = cursor.rowcount == 1
-            cursor.execute(_SELECT, (name,))
-            after = _gate_state(cursor.fetchone())
+            opened, before, after = _conditional_update(cursor, name, _OPEN, params)
             if opened:
                 cursor.execute(_AUDIT, (name, "open", owner.dag_id, owner.run_id, None, None))
             else:

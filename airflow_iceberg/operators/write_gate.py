@@ -7,7 +7,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, check_lease_seconds
 from spark_jobs.iceberg_call import TableName
 
 
@@ -42,8 +42,7 @@ class CloseWriteGateOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         TableName.parse(table)
-        if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds <= 0:
-            raise ValueError(f"lease_seconds must be a positive integer, got {lease_seconds!r}")
+        check_lease_seconds(lease_seconds)
         self.table = table
         self.lease_seconds = lease_seconds
         self.write_gate_conn_id = write_gate_conn_id
