@@ -64,7 +64,7 @@ class TableConfig(BaseModel):
     schedule: str | None = Field(default=None, description="Cron expression or preset; None for manual runs")
     idle_seconds: int = Field(default=300, ge=0, description="Quiet time required after the gate closes")
     lease_seconds: int = Field(default=3600, gt=0, description="Longest the gate stays closed if a run dies")
-    poke_seconds: int = Field(default=30, gt=0, description="Pause between checks for a quiet writer")
+    poke_seconds: int = Field(default=10, gt=0, description="Pause between checks for a quiet writer")
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
     where: str | None = Field(default=None, description="Templated Spark SQL predicate for recent partitions")
     rewrite_data_files: dict[str, Any] = Field(default_factory=dict, description="Options by Iceberg's names")

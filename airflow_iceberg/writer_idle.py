@@ -27,9 +27,12 @@ class IdleCheck:
     gate_closed_at: datetime
     newest_snapshot_id: int | None
     newest_snapshot_at: datetime | None
+    #: The writer acknowledged this closing and no snapshot is newer than the one it acknowledged.
+    acknowledged: bool = False
 
     def as_xcom(self) -> dict[str, Any]:
         return {
+            "done_by": "writer acknowledgement" if self.acknowledged else "idle window",
             "quiet_seconds": round(self.quiet_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
@@ -62,8 +65,12 @@ def check_writer_idle(
     iceberg_conn_id: str,
     write_gate_conn_id: str,
 ) -> IdleCheck:
-    """Whether no snapshot has been committed for ``idle_seconds``, counted from the later of the gate's
-    close time and the newest snapshot, by the database clock.
+    """Whether the writer has gone quiet while ``owner`` holds the gate.
+
+    Quiet means either: the writer acknowledged this closing of the gate and the table's newest snapshot is
+    the one it acknowledged as its last commit; or, for writers that never acknowledge, no snapshot has been
+    committed for ``idle_seconds``, counted from the later of the gate's close time and the newest snapshot,
+    by the database clock.
 
     Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
@@ -78,8 +85,10 @@ def check_writer_idle(
     assert gate.closed_at is not None  # a held gate has a close time
     quiet_since = max(gate.closed_at, snapshot_at) if snapshot_at else gate.closed_at
     quiet_seconds = (gate.database_now - quiet_since).total_seconds()
+    acknowledged = gate.writer_acknowledged and snapshot_id == gate.writer_ack_snapshot_id
     return IdleCheck(
-        done=quiet_seconds >= idle_seconds,
+        done=acknowledged or quiet_seconds >= idle_seconds,
+        acknowledged=acknowledged,
         quiet_seconds=quiet_seconds,
         idle_seconds=idle_seconds,
         gate_closed_at=gate.closed_at,

@@ -17,9 +17,8 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-import pymysql
 from iceberg_call import TableName
-from write_gate import wait_until_open
+from write_gate import WriteGateClient
 
 GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
 
@@ -66,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     gate = None
     if args.gate_database:
-        gate = pymysql.connect(
+        gate = WriteGateClient.connect(
+            str(name),
             host=args.gate_host,
             port=args.gate_port,
             user=args.gate_user,
@@ -78,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     def honour_gate() -> None:
         nonlocal paused_seconds
         if gate is not None:
-            paused_seconds += wait_until_open(
-                gate, str(name), on_pause=lambda v: print(f"gate closed until {v.lease_expires_at}; pausing")
-            )
+            paused_seconds += gate.wait_until_open()
 
     try:
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{name.catalog}`.`{name.namespace}`")

@@ -29,6 +29,8 @@ _SCHEMA = (
         closed_at TIMESTAMP(6) NULL DEFAULT NULL,
         lease_expires_at TIMESTAMP(6) NULL DEFAULT NULL,
         opened_at TIMESTAMP(6) NULL DEFAULT NULL,
+        writer_ack_at TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'when the writer acknowledged the pause',
+        writer_ack_snapshot_id BIGINT NULL COMMENT 'the writer''s last committed snapshot at that moment',
         CONSTRAINT {GATE_TABLE}_state CHECK (state IN ('open', 'closed'))
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     f"""CREATE TABLE IF NOT EXISTS {AUDIT_TABLE} (
@@ -44,11 +46,20 @@ _SCHEMA = (
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 )
 
+# Columns added after the first release, with their definitions: ensure_schema adds them to older tables.
+_LATER_COLUMNS = {
+    "writer_ack_at": "TIMESTAMP(6) NULL DEFAULT NULL",
+    "writer_ack_snapshot_id": "BIGINT NULL",
+}
+_EXISTING_COLUMNS = (
+    "SELECT column_name FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = %s"
+)
+
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
 _SELECT = (
-    f"SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, opened_at, NOW(6)"
-    f" FROM {GATE_TABLE} WHERE table_name = %s"
+    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, opened_at,"
+    f" writer_ack_at, writer_ack_snapshot_id, NOW(6) FROM {GATE_TABLE} WHERE table_name = %s"
 )
 
 # MySQL evaluates SET assignments left to right, each seeing the previous ones: closed_at is computed first,
@@ -65,12 +76,14 @@ _CLOSE = f"""UPDATE {GATE_TABLE}
            OR (owner_dag_id = %(dag_id)s AND owner_run_id = %(run_id)s))"""
 
 _OPEN = f"""UPDATE {GATE_TABLE}
-    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL
+    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
+        writer_ack_at = NULL, writer_ack_snapshot_id = NULL
     WHERE table_name = %(table)s AND state = 'closed'
       AND owner_dag_id = %(dag_id)s AND owner_run_id = %(run_id)s"""
 
 _FORCE_OPEN = f"""UPDATE {GATE_TABLE}
-    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL
+    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
+        writer_ack_at = NULL, writer_ack_snapshot_id = NULL
     WHERE table_name = %s AND state = 'closed'"""
 
 _AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
@@ -105,6 +118,8 @@ class GateState:
     closed_at: datetime | None
     lease_expires_at: datetime | None
     opened_at: datetime | None
+    writer_ack_at: datetime | None
+    writer_ack_snapshot_id: int | None
     database_now: datetime
 
     @property
@@ -117,6 +132,11 @@ class GateState:
     def held_by(self, owner: GateOwner) -> bool:
         return self.pauses_writers and self.owner == owner
 
+    @property
+    def writer_acknowledged(self) -> bool:
+        """The writer acknowledged the pause of this closing (not of an earlier one)."""
+        return self.writer_ack_at is not None and self.closed_at is not None and self.writer_ack_at >= self.closed_at
+
 
 def _utc(value: datetime | None) -> datetime | None:
     # The session time zone is UTC (see get_conn), so MySQL's naive TIMESTAMP values are UTC.
@@ -124,7 +144,7 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def _gate_state(row: tuple[Any, ...]) -> GateState:
-    table, state, dag_id, run_id, closed_at, lease, opened_at, now = row
+    table, state, dag_id, run_id, closed_at, lease, opened_at, ack_at, ack_snapshot_id, now = row
     return GateState(
         table=table,
         state=state,
@@ -132,6 +152,8 @@ def _gate_state(row: tuple[Any, ...]) -> GateState:
         closed_at=_utc(closed_at),
         lease_expires_at=_utc(lease),
         opened_at=_utc(opened_at),
+        writer_ack_at=_utc(ack_at),
+        writer_ack_snapshot_id=ack_snapshot_id,
         database_now=_utc(now),  # type: ignore[arg-type]
     )
 
@@ -213,6 +235,11 @@ class WriteGateHook(BaseHook):
         with self.get_conn() as db, db.cursor() as cursor:
             for statement in _SCHEMA:
                 cursor.execute(statement)
+            cursor.execute(_EXISTING_COLUMNS, (GATE_TABLE,))
+            existing = {row[0].lower() for row in cursor.fetchall()}
+            for column, definition in _LATER_COLUMNS.items():
+                if column not in existing:
+                    cursor.execute(f"ALTER TABLE {GATE_TABLE} ADD COLUMN {column} {definition}")
         self._schema_ready = True
 
     def get_state(self, table: str) -> GateState:
@@ -224,7 +251,7 @@ class WriteGateHook(BaseHook):
             row = cursor.fetchone()
             if row is None:
                 cursor.execute("SELECT NOW(6)")
-                row = (name, "open", None, None, None, None, None, cursor.fetchone()[0])
+                row = (name, "open", None, None, None, None, None, None, None, cursor.fetchone()[0])
             db.commit()
         return _gate_state(row)
 

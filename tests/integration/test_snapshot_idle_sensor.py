@@ -11,6 +11,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
 from airflow_iceberg.writer_idle import WriteGateNotHeldError, check_writer_idle
+from spark_jobs.write_gate import WriteGateClient
 
 OWNER = GateOwner("sensor_test", "manual__1")
 NAMESPACE = "sensor"
@@ -113,3 +114,32 @@ def test_sensor_in_a_dag_run_waits_for_the_window_then_the_gate_reopens(table, c
     result = wait.xcom_pull(task_ids="wait_until_writer_idle")
     assert result["quiet_seconds"] >= 3
     assert WriteGateHook().get_state(full_name(table)).state == "open"
+
+
+def acknowledge(iceberg_table, snapshot_id):
+    """What the writer does when it finds the gate closed: acknowledge with its last committed snapshot."""
+    connection = WriteGateHook().get_connection("write_gate_default")
+    client = WriteGateClient.connect(
+        full_name(iceberg_table), host=connection.host, port=connection.port, user=connection.login,
+        password=connection.password or "", database=connection.schema,
+    )  # fmt: skip
+    try:
+        assert client.acknowledge_pause(snapshot_id)
+    finally:
+        client.close()
+
+
+def test_an_acknowledging_writer_ends_the_wait_at_once_even_with_a_long_idle_window(table):
+    WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=7200)
+    acknowledge(table, table.current_snapshot().snapshot_id)
+    result = check(table, idle_seconds=1800)
+    assert result.done and result.acknowledged
+    assert result.as_xcom()["done_by"] == "writer acknowledgement"
+
+
+def test_a_snapshot_newer_than_the_acknowledged_one_falls_back_to_the_idle_window(table):
+    WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=7200)
+    acknowledge(table, table.current_snapshot().snapshot_id)
+    commit(table, [99])  # something committed after the acknowledgement
+    result = check(table, idle_seconds=1800)
+    assert not result.done and not result.acknowledged
