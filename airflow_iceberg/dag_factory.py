@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pendulum
 from airflow.sdk import DAG
@@ -11,14 +12,33 @@ from airflow_iceberg.config import TableConfig, TableList, load_table_list
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
+from spark_jobs.iceberg_call import TableName
 
+DAGS_FOLDER = Path(__file__).resolve().parent.parent / "dags"
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 REWRITE_PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 
-def compaction_dag_id(config: TableConfig) -> str:
-    name = config.name
+def compaction_dag_id(table: str) -> str:
+    """``iceberg_compact__<catalog>__<namespace>__<table>`` for ``table`` = ``catalog.namespace.table``."""
+    name = TableName.parse(table)
     return f"iceberg_compact__{name.catalog}__{name.namespace}__{name.table}"
+
+
+def load_compaction_dag(table: str, dag_folder: Path = DAGS_FOLDER) -> DAG:
+    """The compaction DAG of ``table`` as Airflow parses it from ``dag_folder`` with the table list in use.
+
+    ``dag.test()`` runs only DAGs it can find in a DAG bundle, so tests and benchmarks take them from here.
+    """
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dag_folder))
+    if bag.import_errors:
+        raise RuntimeError(f"the DAG folder has import errors: {bag.import_errors}")
+    dag = bag.get_dag(compaction_dag_id(table))
+    if dag is None:
+        raise LookupError(f"no compaction DAG for {table} in {dag_folder}")
+    return dag
 
 
 def build_compaction_dag(config: TableConfig) -> DAG:
@@ -40,7 +60,7 @@ def build_compaction_dag(config: TableConfig) -> DAG:
     # Built without `with DAG(...)`, which would auto-register the DAG in whatever module imports this; the
     # DAG file that exports these DAGs puts them in its globals itself.
     dag = DAG(
-        dag_id=compaction_dag_id(config),
+        dag_id=compaction_dag_id(config.table),
         description=f"Gated compaction of {config.table}",
         schedule=config.schedule,
         start_date=START_DATE,

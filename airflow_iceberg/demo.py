@@ -1,7 +1,6 @@
 """The demo behind ``make demo``: fill a table with small files, compact it with its DAG, show before/after.
 
-Also the helpers the integration tests share with it: reading a table's file and row counts with pyiceberg,
-and submitting the gated small-files writer (``spark_jobs/small_files_writer.py``) to Spark.
+Also :class:`TableStats`, a table's file and row counts read with pyiceberg, which the tests share.
 """
 
 from __future__ import annotations
@@ -19,15 +18,12 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from pyiceberg.exceptions import NoSuchTableError
 
-from airflow_iceberg.catalogs import spark_settings_for_connection
-from airflow_iceberg.config import TableConfig, load_table_list
+from airflow_iceberg.config import load_table_list
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
-from airflow_iceberg.spark_output import tap_spark_output
+from airflow_iceberg.writers import write_small_files
 from spark_jobs.iceberg_call import TableName
 
 DEMO_TABLE = "lake.demo.events"
@@ -59,58 +55,8 @@ class TableStats:
             position_delete_files=contents.count(_POSITION_DELETES),
             equality_delete_files=contents.count(_EQUALITY_DELETES),
             # A scan applies the position deletes, so this is the row count a reader sees.
-            rows=iceberg_table.scan(selected_fields=("id",)).to_arrow().num_rows,
+            rows=iceberg_table.scan(selected_fields=(iceberg_table.schema().fields[0].name,)).to_arrow().num_rows,
         )
-
-
-def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | None = None) -> dict[str, object]:
-    """Run the gated small-files writer on ``config.table`` in Spark; return the summary it prints.
-
-    ``writer_args`` are the writer's own options (``--commits``, ``--days``, ...). The writer checks the
-    table's gate in the database of ``config.write_gate_conn_id`` before every commit. With ``log_file``,
-    spark-submit's output goes there instead of the Airflow log.
-    """
-    name = config.name
-    catalog = spark_settings_for_connection(name.catalog, config.catalog_conn_id)
-    gate = WriteGateHook.get_connection(config.write_gate_conn_id)
-    summary: dict[str, object] = {}
-    hook = SparkSubmitHook(
-        conn_id=config.spark_conn_id,
-        conf={**catalog.conf, **config.spark.conf, "spark.sql.session.timeZone": "UTC"},
-        jars=",".join(config.spark.jars) or None,
-        packages=",".join(config.spark.packages) or None,
-        py_files=",".join(str(SPARK_JOBS_DIR / m) for m in ("iceberg_call.py", "write_gate.py")),
-        name=f"small-files-writer-{name}",
-        application_args=[
-            "--table",
-            str(name),
-            "--gate-host",
-            gate.host or "127.0.0.1",
-            "--gate-port",
-            str(gate.port or 3306),
-            "--gate-user",
-            gate.login or "root",
-            "--gate-database",
-            gate.schema,
-            *writer_args,
-        ],  # fmt: skip
-        env_vars={**catalog.secret_env, "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or ""},
-    )
-
-    def keep_summary(line: str) -> None:  # the writer's last stdout line is its JSON summary
-        if line.startswith('{"table"'):
-            summary.update(json.loads(line))
-
-    if log_file is not None:
-        file_logger = logging.getLogger(f"airflow_iceberg.demo.spark.{name}")
-        file_logger.propagate = False
-        file_logger.addHandler(logging.FileHandler(log_file, mode="w"))
-        file_logger.setLevel(logging.INFO)
-        hook._log = file_logger  # LoggingMixin.log returns this logger
-    tap_spark_output(hook, keep_summary).submit(str(SPARK_JOBS_DIR / "small_files_writer.py"))
-    if not summary:
-        raise RuntimeError(f"the small-files writer for {name} printed no summary")
-    return summary
 
 
 def drop_table(iceberg_conn_id: str, table: str) -> None:
@@ -152,7 +98,7 @@ def main() -> int:
     if DEMO_TABLE not in tables:
         raise SystemExit(f"demo: {DEMO_TABLE} is not in the table list (or has errors)")
     config = tables[DEMO_TABLE]
-    dag_id = compaction_dag_id(config)
+    dag_id = compaction_dag_id(config.table)
 
     print(f"==> Creating {DEMO_TABLE} anew and filling it with small files and deletes (Spark, gated writer)")
     drop_table(config.catalog_conn_id, DEMO_TABLE)

@@ -20,8 +20,6 @@ import pymysql
 import pytest
 import yaml
 
-from spark_jobs.iceberg_call import TableName
-
 ROOT = Path(__file__).resolve().parents[2]
 GATE_DB = "airflow_iceberg_test_gate"
 CATALOG_DB = "airflow_iceberg_test_catalog"
@@ -123,17 +121,14 @@ def compaction_dag(table_list_file: Path):
     ``dag.test()`` re-parses the DAG folder, so the DAG it runs is the one ``dags/iceberg_compaction.py``
     builds from the table list, exactly as in a deployment.
     """
-    from airflow.dag_processing.dagbag import DagBag
+    from airflow_iceberg.dag_factory import load_compaction_dag
 
     def add(table: str, **settings: Any):
         document = yaml.safe_load(table_list_file.read_text())
         document["tables"] = [t for t in document["tables"] if t["table"] != table]
         document["tables"].append({"table": table, **settings})
         table_list_file.write_text(yaml.safe_dump(document))
-        bag = DagBag(dag_folder=str(ROOT / "dags"))
-        assert bag.import_errors == {}, bag.import_errors
-        name = TableName.parse(table)
-        return bag.get_dag(f"iceberg_compact__{name.catalog}__{name.namespace}__{name.table}")
+        return load_compaction_dag(table)
 
     return add
 

@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.demo import TableStats, write_small_files
+from airflow_iceberg.demo import TableStats
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.writers import write_small_files
 
 WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
 

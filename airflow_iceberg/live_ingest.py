@@ -1,0 +1,90 @@
+"""Gated compactions under a live streaming writer, and what each one cost the writer.
+
+Shared by the live-ingest integration test, which asserts on the figures, and ``make bench``, which prints
+them. The target: the gate is closed for no longer than the rewrite itself plus one writer commit interval
+plus 10 s, i.e. ``gate_closed / (rewrite + commit_interval + 10 s) <= 1``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_iceberg.dag_factory import REWRITE_PROCEDURES
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.writers import IngestJob
+
+TARGET_SLACK_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class CompactionFigures:
+    """One gated compaction run, measured."""
+
+    run_id: str
+    state: str
+    gate_closed_seconds: float
+    rewrite_seconds: float
+    commit_interval_seconds: float
+    wait_for_writer_seconds: float
+    max_record_wait_seconds: float
+    rewritten_data_files: int
+    added_data_files: int
+
+    @property
+    def ratio(self) -> float:
+        """gate_closed / (rewrite + commit_interval + 10 s): at most 1 meets the target."""
+        return self.gate_closed_seconds / (self.rewrite_seconds + self.commit_interval_seconds + TARGET_SLACK_SECONDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ratio": round(self.ratio, 3)}
+
+
+def commit_interval(batches: list[dict[str, Any]]) -> float:
+    """The writer's typical time between commits: the median gap between commits that no pause held up."""
+    gaps = [
+        later["committed"] - earlier["committed"]
+        for earlier, later in zip(batches, batches[1:], strict=False)
+        if later["paused_seconds"] == 0
+    ]
+    if not gaps:
+        raise ValueError("need at least two unpaused commits to measure the commit interval")
+    return statistics.median(gaps)
+
+
+def measure(run: Any, table: str, job: IngestJob, gate: WriteGateHook | None = None) -> CompactionFigures:
+    """Figures of the finished DAG run ``run`` on ``table`` while ``job`` was writing to it.
+
+    Call it once the writer has committed again after the run, so the records the gate held back are counted.
+    """
+    gate = gate or WriteGateHook()
+    trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == run.run_id]
+    closed_at = next(r["at"] for r in trail if r["action"] == "close")
+    opened_at = next(r["at"] for r in trail if r["action"] == "open")
+    rewrites = [run.get_task_instance(task_id) for task_id in REWRITE_PROCEDURES]
+    rewrite_seconds = sum((ti.end_date - ti.start_date).total_seconds() for ti in rewrites)
+    wait = run.get_task_instance("wait_until_writer_idle")
+    data_result = rewrites[0].xcom_pull(task_ids=REWRITE_PROCEDURES[0]) or {}
+    batches = job.batches()
+    interval = commit_interval(batches)
+    # Records held back by the gate are committed by the first batch after it opens.
+    held = [b for b in batches if b["committed"] >= _epoch(closed_at)][:1] + [
+        b for b in batches if b["committed"] >= _epoch(opened_at)
+    ][:1]
+    return CompactionFigures(
+        run_id=run.run_id,
+        state=str(run.state),
+        gate_closed_seconds=round((opened_at - closed_at).total_seconds(), 3),
+        rewrite_seconds=round(rewrite_seconds, 3),
+        commit_interval_seconds=round(interval, 3),
+        wait_for_writer_seconds=round((wait.end_date - closed_at).total_seconds(), 3),
+        max_record_wait_seconds=max((b["max_record_wait_seconds"] for b in held), default=0.0),
+        rewritten_data_files=int(data_result.get("rewritten_data_files_count", 0)),
+        added_data_files=int(data_result.get("added_data_files_count", 0)),
+    )
+
+
+def _epoch(moment: datetime) -> float:
+    return moment.timestamp()

@@ -1,0 +1,201 @@
+"""Run the project's own Spark writers from Python: the demo, the tests and the benchmark use them.
+
+- :func:`write_small_files` runs ``spark_jobs/small_files_writer.py`` once: a table full of small files.
+- :class:`IngestJob` runs ``spark_jobs/gated_ingest.py`` in the background: a live streaming writer that
+  honours the gate (or, for a control experiment, ignores it).
+
+Both reach Spark, the catalog and the gate through the same Airflow connections the DAGs use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_iceberg.catalogs import spark_settings_for_connection
+from airflow_iceberg.config import TableConfig
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
+from airflow_iceberg.spark_output import tap_spark_output
+
+GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
+
+
+def spark_job_hook(
+    config: TableConfig,
+    application_args: list[str],
+    *,
+    name: str,
+    gated: bool = True,
+    log_file: Path | None = None,
+) -> SparkSubmitHook:
+    """A SparkSubmitHook for one of ``spark_jobs``' jobs on ``config.table`` (``--table`` comes first).
+
+    With ``gated``, the writer gets the gate's database from ``config.write_gate_conn_id`` (its password in
+    the environment). With ``log_file``, spark-submit's output goes there instead of the Airflow log.
+    """
+    table = config.name
+    catalog = spark_settings_for_connection(table.catalog, config.catalog_conn_id)
+    env = dict(catalog.secret_env)
+    args = ["--table", str(table)]
+    if gated:
+        gate = WriteGateHook.get_connection(config.write_gate_conn_id)
+        args += [
+            "--gate-host", gate.host or "127.0.0.1",
+            "--gate-port", str(gate.port or 3306),
+            "--gate-user", gate.login or "root",
+            "--gate-database", gate.schema,
+        ]  # fmt: skip
+        env[GATE_PASSWORD_ENV] = gate.password or ""
+    hook = SparkSubmitHook(
+        conn_id=config.spark_conn_id,
+        conf={**catalog.conf, **config.spark.conf, "spark.sql.session.timeZone": "UTC"},
+        jars=",".join(config.spark.jars) or None,
+        packages=",".join(config.spark.packages) or None,
+        py_files=",".join(str(SPARK_JOBS_DIR / m) for m in ("iceberg_call.py", "write_gate.py", "ingest_events.py")),
+        name=name,
+        application_args=args + application_args,
+        env_vars=env or None,
+    )
+    if log_file is not None:
+        file_logger = logging.getLogger(f"airflow_iceberg.writers.{name}")
+        file_logger.propagate = False
+        file_logger.handlers = [logging.FileHandler(log_file, mode="a")]
+        file_logger.setLevel(logging.INFO)
+        hook._log = file_logger  # LoggingMixin.log returns this logger
+    return hook
+
+
+def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | None = None) -> dict[str, Any]:
+    """Run the gated small-files writer on ``config.table`` in Spark; return the summary it prints.
+
+    ``writer_args`` are the writer's own options (``--commits``, ``--days``, ...). The writer checks the
+    table's gate before every commit.
+    """
+    summary: dict[str, Any] = {}
+
+    def keep_summary(line: str) -> None:  # the writer's last stdout line is its JSON summary
+        if line.startswith('{"table"'):
+            summary.update(json.loads(line))
+
+    hook = spark_job_hook(config, list(writer_args), name=f"small-files-writer-{config.table}", log_file=log_file)
+    tap_spark_output(hook, keep_summary).submit(str(SPARK_JOBS_DIR / "small_files_writer.py"))
+    if not summary:
+        raise RuntimeError(f"the small-files writer for {config.table} printed no summary")
+    return summary
+
+
+class IngestJob:
+    """The reference streaming writer, ``spark_jobs/gated_ingest.py``, running in the background.
+
+    :param config: The table and how to reach Spark, the catalog and the gate.
+    :param workdir: Holds the streaming checkpoint, the status file and the log; keep it to restart.
+    :param gated: Whether the writer honours the gate; False only for the ungated control experiment.
+    :param rows_per_second: Events per second from the deterministic source.
+    :param keys: Distinct keys the events upsert and delete.
+    :param trigger_seconds: The writer's commit interval.
+    """
+
+    def __init__(
+        self,
+        config: TableConfig,
+        workdir: Path,
+        *,
+        gated: bool = True,
+        rows_per_second: int = 40,
+        keys: int = 300,
+        trigger_seconds: float = 3.0,
+    ) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.gated = gated
+        self.rows_per_second = rows_per_second
+        self.keys = keys
+        self.trigger_seconds = trigger_seconds
+        self.status_file = workdir / "status.jsonl"
+        self.stop_file = workdir / "stop"
+        self._thread: threading.Thread | None = None
+        self._hook: SparkSubmitHook | None = None
+        self._error: BaseException | None = None
+        self.output: list[str] = []
+
+    def start(self) -> IngestJob:
+        """Start (or restart from the checkpoint) the streaming writer."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.stop_file.unlink(missing_ok=True)
+        args = [
+            "--checkpoint", str(self.workdir / "checkpoint"),
+            "--status-file", str(self.status_file),
+            "--stop-file", str(self.stop_file),
+            "--rows-per-second", str(self.rows_per_second),
+            "--keys", str(self.keys),
+            "--trigger-seconds", str(self.trigger_seconds),
+        ]  # fmt: skip
+        hook = spark_job_hook(
+            self.config,
+            args,
+            name=f"gated-ingest-{self.config.table}",
+            gated=self.gated,
+            log_file=self.workdir / "spark-submit.log",
+        )
+        self._hook = tap_spark_output(hook, self.output.append)
+        self._error = None
+
+        def run() -> None:
+            try:
+                hook.submit(str(SPARK_JOBS_DIR / "gated_ingest.py"))
+            except BaseException as error:  # reported by stop() and batches()
+                self._error = error
+
+        self._thread = threading.Thread(target=run, name="gated-ingest", daemon=True)
+        self._thread.start()
+        return self
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every status line written so far: one per committed batch, then the final summary."""
+        if not self.status_file.exists():
+            return []
+        return [json.loads(line) for line in self.status_file.read_text().splitlines() if line.strip()]
+
+    def batches(self) -> list[dict[str, Any]]:
+        return [r for r in self.records() if not r.get("final")]
+
+    def wait_for_batches(self, count: int, timeout: float = 180.0) -> list[dict[str, Any]]:
+        """Wait until at least ``count`` batches have been committed in all; fail if the writer died."""
+        deadline = time.monotonic() + timeout
+        while len(batches := self.batches()) < count:
+            if self._thread is not None and not self._thread.is_alive():
+                raise RuntimeError(f"the ingest job ended early: {self._error}\n" + "\n".join(self.output[-30:]))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{count} batches not committed within {timeout} s")
+            time.sleep(0.2)
+        return batches
+
+    def stop(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Stop the writer between batches and return its final summary.
+
+        The summary's ``exit_error`` is None when spark-submit exited cleanly, else what went wrong.
+        """
+        self.stop_file.touch()
+        assert self._thread is not None, "the ingest job was never started"
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            assert self._hook is not None
+            self._hook.on_kill()
+            self._thread.join(30)
+            raise TimeoutError(f"the ingest job did not stop within {timeout} s and was killed")
+        finals = [r for r in self.records() if r.get("final")]
+        if not finals:
+            raise RuntimeError(f"the ingest job left no summary: {self._error}\n" + "\n".join(self.output[-30:]))
+        return {**finals[-1], "exit_error": str(self._error) if self._error else None}
+
+    def remove(self) -> None:
+        """Delete the job's working directory (checkpoint, status, log)."""
+        shutil.rmtree(self.workdir, ignore_errors=True)
