@@ -1,16 +1,20 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
 # make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
+# make bench  gated compactions under a live streaming writer: how long the gate pauses it
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
 
-.PHONY: setup demo test unit lint clean
+.PHONY: setup demo test unit lint bench clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
 	@$(ENV) $(PY) -m airflow_iceberg.demo
+
+bench: setup
+	@$(ENV) $(PY) -m airflow_iceberg.bench
 
 test: setup lint
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)

@@ -7,12 +7,12 @@ import os
 
 import pyarrow as pa
 import pytest
-from sqlalchemy import select
-
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.xcom import XComModel
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.utils.session import create_session
+from sqlalchemy import select
+
 from airflow_iceberg.demo import TableStats
 
 USER = "airflow_iceberg_test_catalog_user"
