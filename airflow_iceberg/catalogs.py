@@ -1,10 +1,27 @@
-"""Spark catalog settings derived from the same Iceberg connection that the sensor reads with pyiceberg.
+"""One Iceberg catalog, two readers: the sensor's pyiceberg and the rewrite's Spark, from one Airflow connection.
 
-One connection describes the catalog for both sides, so Spark and pyiceberg always see the same tables.
+The catalog is described once, by the ``iceberg`` connection the Iceberg provider's ``IcebergHook`` reads: its
+*extra* holds pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...), its *host* may hold the
+catalog URI and its *login*/*password* a REST catalog's client credentials. :func:`pyiceberg_properties`
+reproduces what ``IcebergHook`` passes to ``pyiceberg.catalog.load_catalog``, and :func:`spark_catalog_settings`
+turns those same properties into ``spark.sql.catalog.<name>.*`` settings, so Spark and the sensor always read
+the same catalog.
+
+Supported catalog types (pyiceberg name -> Iceberg Spark catalog):
+
+- ``sql`` -> ``type=jdbc`` (``uri`` ``mysql+pymysql://user:pw@host:port/db`` -> ``jdbc:mysql://host:port/db``)
+- ``rest`` -> ``type=rest``
+- ``hive`` -> ``type=hive`` (``uri`` ``thrift://metastore:9083``)
+- ``glue`` -> ``catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog`` with ``S3FileIO``
+
+Secrets (passwords, REST credentials and tokens, S3 and AWS keys) never become Spark confs on a command line:
+they travel to the Spark job in one environment variable (:data:`~spark_jobs.iceberg_call.SECRET_CONF_ENV`)
+that the job applies when it builds its session, or as the AWS SDK's own environment variables.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,58 +29,163 @@ from typing import Any
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from sqlalchemy.engine import make_url
 
-from spark_jobs.iceberg_call import CATALOG_PASSWORD_ENV
+from spark_jobs.iceberg_call import SECRET_CONF_ENV
 
 #: Spark settings every Iceberg procedure call needs.
 ICEBERG_SPARK_CONF = {
     "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
 }
 
+_S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+# pyiceberg FileIO properties -> Iceberg (Java) FileIO properties; a None target means "secret, see below".
+_S3_PROPERTIES = {
+    "s3.endpoint": "s3.endpoint",
+    "s3.path-style-access": "s3.path-style-access",
+    "s3.region": "client.region",
+    "s3.access-key-id": "s3.access-key-id",
+    "s3.secret-access-key": "s3.secret-access-key",
+    "s3.session-token": "s3.session-token",
+}
+_SECRET_PROPERTIES = {"credential", "token", "s3.secret-access-key", "s3.session-token", "s3.access-key-id"}
+# REST catalog properties that mean the same to pyiceberg and to Iceberg's Java RESTCatalog.
+_REST_PASSTHROUGH = ("warehouse", "credential", "token", "scope", "oauth2-server-uri", "prefix")
+# Glue: pyiceberg's static credentials become the AWS SDK's environment for the Spark job.
+_GLUE_ENV = {
+    "glue.access-key-id": "AWS_ACCESS_KEY_ID",
+    "glue.secret-access-key": "AWS_SECRET_ACCESS_KEY",
+    "glue.session-token": "AWS_SESSION_TOKEN",
+}
+
 
 @dataclass(frozen=True)
 class SparkCatalogSettings:
-    """``spark.sql.catalog.<name>.*`` settings, and the secrets that go to the job's environment instead."""
+    """``spark.sql.catalog.<name>.*`` settings, and the secrets that reach the job through its environment."""
 
     conf: dict[str, str]
+    secret_conf: dict[str, str] = field(default_factory=dict)
     secret_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def job_env(self) -> dict[str, str]:
+        """Environment variables for the Spark job: the AWS ones, and the secret confs as one JSON value."""
+        env = dict(self.secret_env)
+        if self.secret_conf:
+            env[SECRET_CONF_ENV] = json.dumps(self.secret_conf, sort_keys=True)
+        return env
+
+
+def pyiceberg_properties(connection: Any) -> dict[str, Any]:
+    """The catalog properties ``IcebergHook`` passes to pyiceberg for ``connection``.
+
+    Mirrors ``IcebergHook.catalog``: the extra, then the host as ``uri``, ``type`` defaulting to ``rest``, and
+    for REST the login and password as ``credential``. A unit test pins this against the hook itself.
+    """
+    properties: dict[str, Any] = dict(connection.extra_dejson or {})
+    if connection.host:
+        properties["uri"] = connection.host.rstrip("/")
+    properties.setdefault("type", "rest")
+    if properties["type"] == "rest" and connection.login and connection.password:
+        properties["credential"] = f"{connection.login}:{connection.password}"
+    return properties
 
 
 def spark_catalog_settings(catalog: str, properties: Mapping[str, Any]) -> SparkCatalogSettings:
-    """Spark settings for the catalog named ``catalog`` from the pyiceberg ``properties`` of its connection.
-
-    Supported: ``type: sql`` (pyiceberg's SQL catalog), which is Iceberg's JDBC catalog in Spark.
-    """
+    """Spark settings for the catalog named ``catalog`` from its pyiceberg ``properties``."""
     kind = properties.get("type", "rest")
-    prefix = f"spark.sql.catalog.{catalog}"
-    if kind != "sql":
+    builders = {"sql": _jdbc, "rest": _rest, "hive": _hive, "glue": _glue}
+    if kind not in builders:
         raise ValueError(
-            f"Iceberg catalog {catalog!r} has type {kind!r}; this version derives Spark settings for 'sql' "
-            "(JDBC) catalogs only"
+            f"Iceberg catalog {catalog!r} has type {kind!r}; supported: {', '.join(builders)} "
+            "(pyiceberg's names; 'sql' is Iceberg's JDBC catalog in Spark)"
         )
-    for key in ("uri", "warehouse"):
+    settings, secrets, env = builders[kind](catalog, properties)
+    prefix = f"spark.sql.catalog.{catalog}"
+    io_settings, io_secrets = _s3(properties)
+    conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    conf.update({f"{prefix}.{key}": str(value) for key, value in {**settings, **io_settings}.items()})
+    secret_conf = {f"{prefix}.{key}": str(value) for key, value in {**secrets, **io_secrets}.items()}
+    return SparkCatalogSettings(conf=conf, secret_conf=secret_conf, secret_env=env)
+
+
+def _required(catalog: str, properties: Mapping[str, Any], *keys: str) -> None:
+    for key in keys:
         if not properties.get(key):
-            raise ValueError(f"Iceberg catalog {catalog!r} (type sql) needs {key!r} in its connection extra")
+            raise ValueError(
+                f"Iceberg catalog {catalog!r} (type {properties.get('type')}) needs {key!r} in its connection"
+            )
+
+
+def _split_secrets(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    plain = {k: v for k, v in values.items() if k not in _SECRET_PROPERTIES}
+    return plain, {k: v for k, v in values.items() if k in _SECRET_PROPERTIES}
+
+
+def _jdbc(catalog: str, properties: Mapping[str, Any]):
+    _required(catalog, properties, "uri", "warehouse")
     url = make_url(str(properties["uri"]))
     backend = url.get_backend_name()
     jdbc = {"mysql": "mysql", "mariadb": "mysql", "postgresql": "postgresql"}.get(backend)
     if jdbc is None:
         raise ValueError(f"Iceberg catalog {catalog!r}: no JDBC mapping for database {backend!r} in its uri")
-    host = url.host or "127.0.0.1"
     port = f":{url.port}" if url.port else ""
-    conf = {
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": "jdbc",
-        f"{prefix}.uri": f"jdbc:{jdbc}://{host}{port}/{url.database or ''}",
-        f"{prefix}.warehouse": str(properties["warehouse"]),
+    settings = {
+        "type": "jdbc",
+        "uri": f"jdbc:{jdbc}://{url.host or '127.0.0.1'}{port}/{url.database or ''}",
+        "warehouse": properties["warehouse"],
     }
     if url.username:
-        conf[f"{prefix}.jdbc.user"] = url.username
-    secret_env = {CATALOG_PASSWORD_ENV: url.password} if url.password else {}
-    return SparkCatalogSettings(conf=conf, secret_env=secret_env)
+        settings["jdbc.user"] = url.username
+    secrets = {"jdbc.password": url.password} if url.password else {}
+    return settings, secrets, {}
+
+
+def _rest(catalog: str, properties: Mapping[str, Any]):
+    _required(catalog, properties, "uri")
+    values = {key: properties[key] for key in _REST_PASSTHROUGH if properties.get(key)}
+    values.update({k: v for k, v in properties.items() if k.startswith("header.")})
+    plain, secrets = _split_secrets(values)
+    return {"type": "rest", "uri": properties["uri"], **plain}, secrets, {}
+
+
+def _hive(catalog: str, properties: Mapping[str, Any]):
+    _required(catalog, properties, "uri")
+    settings = {"type": "hive", "uri": properties["uri"]}
+    if properties.get("warehouse"):
+        settings["warehouse"] = properties["warehouse"]
+    return settings, {}, {}
+
+
+def _glue(catalog: str, properties: Mapping[str, Any]):
+    _required(catalog, properties, "warehouse")
+    settings = {
+        "catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+        "io-impl": _S3_FILE_IO,
+        "warehouse": properties["warehouse"],
+    }
+    if properties.get("glue.id"):
+        settings["glue.id"] = properties["glue.id"]
+    region = properties.get("glue.region") or properties.get("client.region")
+    if region:
+        settings["client.region"] = region
+    env = {variable: str(properties[key]) for key, variable in _GLUE_ENV.items() if properties.get(key)}
+    return settings, {}, env
+
+
+def _s3(properties: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """S3 FileIO settings, for catalogs whose warehouse is on S3 (or an S3-compatible store)."""
+    values = {target: properties[source] for source, target in _S3_PROPERTIES.items() if properties.get(source)}
+    if not values:
+        return {}, {}
+    plain, secrets = _split_secrets(values)
+    return {"io-impl": _S3_FILE_IO, **plain}, secrets
 
 
 def spark_settings_for_connection(catalog: str, iceberg_conn_id: str) -> SparkCatalogSettings:
     """Everything a Spark job needs to call Iceberg procedures on ``catalog``, from its Iceberg connection."""
-    properties = IcebergHook.get_connection(iceberg_conn_id).extra_dejson
+    properties = pyiceberg_properties(IcebergHook.get_connection(iceberg_conn_id))
     settings = spark_catalog_settings(catalog, properties)
-    return SparkCatalogSettings(conf={**ICEBERG_SPARK_CONF, **settings.conf}, secret_env=settings.secret_env)
+    return SparkCatalogSettings(
+        conf={**ICEBERG_SPARK_CONF, **settings.conf},
+        secret_conf=settings.secret_conf,
+        secret_env=settings.secret_env,
+    )

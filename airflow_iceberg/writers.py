@@ -43,7 +43,7 @@ def spark_job_hook(
     """
     table = config.name
     catalog = spark_settings_for_connection(table.catalog, config.catalog_conn_id)
-    env = dict(catalog.secret_env)
+    env = catalog.job_env
     args = ["--table", str(table)]
     if gated:
         gate = WriteGateHook.get_connection(config.write_gate_conn_id)

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from iceberg_call import TableName
+from iceberg_call import TableName, with_secret_conf
 from ingest_events import DELETE_AT, DELETE_EVERY
 from write_gate import WriteGateClient
 
@@ -90,12 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
-    spark = (
+    builder = (
         SparkSession.builder.appName(f"gated-ingest-{name}")
         .config("spark.sql.session.timeZone", "UTC")
         .config(f"spark.sql.catalog.{name.catalog}.cache-enabled", "false")
-        .getOrCreate()
     )
+    spark = with_secret_conf(builder, os.environ).getOrCreate()
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{name.catalog}`.`{name.namespace}`")
     properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
     spark.sql(

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 #: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
 RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
 
-#: Environment variable that carries the JDBC catalog password to the Spark job, so it never appears on the
-#: spark-submit command line, in rendered templates or in logs.
-CATALOG_PASSWORD_ENV = "AIRFLOW_ICEBERG_CATALOG_JDBC_PASSWORD"
+#: Environment variable that carries secret Spark settings (a JDBC password, REST credentials, S3 keys) to the
+#: Spark job as a JSON object, so they never appear on a command line, in rendered templates or in logs.
+SECRET_CONF_ENV = "AIRFLOW_ICEBERG_SECRET_CONF"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -178,6 +178,13 @@ def build_call(
     if where is not None and where.strip():
         args.append(f"where => {sql_string_literal(where)}")
     return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
+
+
+def with_secret_conf(builder, environ: Mapping[str, str]):
+    """``builder`` (a ``SparkSession.Builder``) with the secret settings from :data:`SECRET_CONF_ENV` applied."""
+    for key, value in json.loads(environ.get(SECRET_CONF_ENV) or "{}").items():
+        builder = builder.config(key, value)
+    return builder
 
 
 def format_result_line(result: Mapping[str, object]) -> str:

@@ -1,8 +1,8 @@
 """Spark job: run one Iceberg maintenance procedure on one table and print its result row.
 
 Submitted by ``IcebergRewriteOperator`` (``spark-submit run_procedure.py --table ... --procedure ...``). The
-catalog's settings arrive as ``spark.sql.catalog.<name>.*`` confs from spark-submit; a JDBC catalog password,
-if any, arrives in an environment variable so that it never shows on a command line.
+catalog's settings arrive as ``spark.sql.catalog.<name>.*`` confs from spark-submit; its secrets (a JDBC
+password, REST credentials) arrive in an environment variable so that they never show on a command line.
 
 Exit status 0 means the procedure committed (or had nothing to do); anything else means the table is unchanged
 by this job, since an Iceberg procedure commits atomically or not at all.
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from iceberg_call import CATALOG_PASSWORD_ENV, TableName, build_call, format_result_line
+from iceberg_call import TableName, build_call, format_result_line, with_secret_conf
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,10 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(f"iceberg-{args.procedure}-{table}")
-    password = os.environ.get(CATALOG_PASSWORD_ENV)
-    if password:
-        builder = builder.config(f"spark.sql.catalog.{table.catalog}.jdbc.password", password)
-    spark = builder.getOrCreate()
+    spark = with_secret_conf(builder, os.environ).getOrCreate()
     try:
         print(f"Running: {statement}", flush=True)
         rows = spark.sql(statement).collect()

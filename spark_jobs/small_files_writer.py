@@ -17,7 +17,7 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-from iceberg_call import TableName
+from iceberg_call import TableName, with_secret_conf
 from write_gate import WriteGateClient
 
 GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
@@ -58,11 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    spark = (
-        SparkSession.builder.appName(f"small-files-writer-{name}")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.appName(f"small-files-writer-{name}").config("spark.sql.session.timeZone", "UTC")
+    spark = with_secret_conf(builder, os.environ).getOrCreate()
     gate = None
     if args.gate_database:
         gate = WriteGateClient.connect(

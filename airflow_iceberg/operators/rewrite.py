@@ -31,8 +31,8 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     ``where`` predicate travel as escaped string literals. The same checks run here when the DAG is parsed,
     so bad input fails before any gate is closed.
 
-    The Spark catalog settings come from the Iceberg connection that the sensor also reads; a catalog password
-    goes to the job in its environment, never on the command line or into rendered templates. If
+    The Spark catalog settings come from the Iceberg connection that the sensor also reads; the catalog's
+    secrets go to the job in its environment, never on the command line or into rendered templates. If
     ``write_gate_conn_id`` is set, the job is submitted only while this run still holds the table's gate.
 
     In local and client deploy modes the job's result row (for ``rewrite_data_files``:
@@ -89,7 +89,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         # Set after template rendering on purpose: neither the catalog settings nor the secret are rendered.
         self.conf = {**catalog.conf, **(self.conf or {})}
-        self.env_vars = {**(self.env_vars or {}), **catalog.secret_env}
+        self.env_vars = {**(self.env_vars or {}), **catalog.job_env}
         self.application_args = [
             "--table", str(name),
             "--procedure", self.procedure,

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 
-import pyarrow as pa
 import pytest
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.xcom import XComModel
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.utils.session import create_session
 from sqlalchemy import select
 
 from airflow_iceberg.demo import TableStats
+from airflow_iceberg.writers import write_small_files
 
 USER = "airflow_iceberg_test_catalog_user"
 PASSWORD = "Kq7-catalog-secret-91x"
@@ -38,18 +37,14 @@ def password_protected_catalog(mysql_server, monkeypatch):
 
 
 def test_catalog_password_reaches_spark_but_no_log_xcom_or_rendered_field(
-    password_protected_catalog, unique_name, compaction_dag, capfd
+    password_protected_catalog, unique_name, table_config, compaction_dag, capfd
 ):
-    catalog = IcebergHook("lake").catalog
-    catalog.create_namespace_if_not_exists("secrets")
-    iceberg_table = catalog.create_table(f"secrets.{unique_name}", schema=pa.schema([("id", pa.int64())]))
-    for start in range(0, 60, 10):  # six commits, six small files
-        iceberg_table.append(pa.table({"id": pa.array(range(start, start + 10), pa.int64())}))
     table = f"lake.secrets.{unique_name}"
+    # The Spark writer and both rewrites can only reach the JDBC catalog with the password: Spark received it.
+    write_small_files(table_config(table), "--days", "1", "--commits", "2", "--files-per-commit", "4")
 
     run = compaction_dag(table, rewrite_data_files={"min-input-files": 2}).test()
 
-    # The rewrite could only commit through the JDBC catalog with the password: Spark received it.
     assert run.state == "success"
     assert TableStats.read("lake", table).data_files == 1
     output = capfd.readouterr()
