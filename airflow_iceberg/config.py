@@ -35,9 +35,11 @@ class SparkSettings(BaseModel):
     jars: list[str] = Field(default_factory=list, description="Jar paths; ${VAR} expands from the environment")
     packages: list[str] = Field(default_factory=list, description="Maven coordinates for spark.jars.packages")
     conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings")
-    driver_memory: str | None = None
-    executor_memory: str | None = None
-    num_executors: int | None = Field(default=None, gt=0)
+    driver_memory: str | None = Field(default=None, description="e.g. 4G")
+    executor_memory: str | None = Field(default=None, description="e.g. 8G")
+    num_executors: int | None = Field(default=None, gt=0, description="YARN and Kubernetes")
+    executor_cores: int | None = Field(default=None, gt=0, description="YARN and standalone")
+    total_executor_cores: int | None = Field(default=None, gt=0, description="Standalone only")
 
     @field_validator("jars", "packages", mode="before")
     @classmethod

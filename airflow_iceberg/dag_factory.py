@@ -56,6 +56,8 @@ def build_compaction_dag(config: TableConfig) -> DAG:
         "driver_memory": spark.driver_memory,
         "executor_memory": spark.executor_memory,
         "num_executors": spark.num_executors,
+        "executor_cores": spark.executor_cores,
+        "total_executor_cores": spark.total_executor_cores,
     }
     # Built without `with DAG(...)`, which would auto-register the DAG in whatever module imports this; the
     # DAG file that exports these DAGs puts them in its globals itself.
