@@ -23,7 +23,7 @@ stamp_write() {
 }
 
 # --- Debian packages -------------------------------------------------------------------------------------------
-debs=(libjarjar-java libmariadb-java)
+debs=(libjarjar-java libmariadb-java docker-compose)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if ((${#missing[@]})); then
@@ -81,6 +81,11 @@ if ! stamp_ok jars requirements/spark.txt scripts/setup.sh; then
     cp "$(dpkg -L libmariadb-java | grep -m1 '/usr/share/java/mariadb-java-client.*\.jar$')" \
         "$jars/mariadb-java-client.jar"
     stamp_write jars requirements/spark.txt scripts/setup.sh
+fi
+
+if [[ -n "${AIRFLOW_ICEBERG_SKIP_DATABASES:-}" ]]; then  # building an image: no servers to set up yet
+    step "ready (environments and jars only)"
+    exit 0
 fi
 
 # --- MySQL databases for the write gate and the Iceberg JDBC catalog -------------------------------------------

@@ -1,0 +1,26 @@
+# One image for the whole stack: Airflow (api-server, scheduler, dag-processor, triggerer) with this provider,
+# and the Spark environment (master, worker, and spark-submit for the rewrite tasks), built by the same
+# scripts/setup.sh that `make test` uses, so the stack runs what the tests ran.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openjdk-17-jdk-headless libjarjar-java libmariadb-java curl procps make \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /opt/airflow-iceberg
+COPY pyproject.toml README.md Makefile ./
+COPY requirements ./requirements
+COPY scripts ./scripts
+COPY airflow_iceberg ./airflow_iceberg
+COPY spark_jobs ./spark_jobs
+COPY dags ./dags
+
+# Environments and jars only: the databases belong to the running stack (docker/mysql-init.sql, airflow-init).
+RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 bash scripts/setup.sh \
+    && VIRTUAL_ENV=/opt/airflow-iceberg/.venv/airflow .venv/tools/bin/uv pip install -q "apache-airflow[postgres]==3.3.*"
+
+ENV PATH=/opt/airflow-iceberg/.venv/airflow/bin:/opt/airflow-iceberg/.venv/spark/bin:$PATH \
+    SPARK_HOME=/opt/airflow-iceberg/.venv/spark/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=/opt/airflow-iceberg/.venv/spark/bin/python \
+    AIRFLOW_ICEBERG_JARS=/opt/airflow-iceberg/build/jars
