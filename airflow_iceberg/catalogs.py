@@ -34,6 +34,11 @@ from spark_jobs.iceberg_call import SECRET_CONF_ENV
 #: Spark settings every Iceberg procedure call needs.
 ICEBERG_SPARK_CONF = {
     "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+    # Timestamps in predicates and procedure arguments (older_than) are UTC, like Iceberg's day partitions.
+    "spark.sql.session.timeZone": "UTC",
+    # The progress bar redraws one stderr line with carriage returns, garbling the task log and the job's
+    # result line in spark-submit's merged output.
+    "spark.ui.showConsoleProgress": "false",
 }
 
 _S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"

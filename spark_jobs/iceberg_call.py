@@ -54,6 +54,28 @@ PROCEDURE_OPTIONS: dict[str, dict[str, object]] = {
         "output-spec-id": _NON_NEGATIVE_INT,
     },
     "rewrite_position_delete_files": dict(_COMMON_REWRITE_OPTIONS),
+    "rewrite_manifests": {},
+    "expire_snapshots": {},
+    "remove_orphan_files": {},
+}
+#: Procedures that take a ``where`` predicate.
+WHERE_PROCEDURES = frozenset({"rewrite_data_files", "rewrite_position_delete_files"})
+
+_TIMESTAMP = "UTC timestamp 'YYYY-MM-DD HH:MM:SS[.ffffff]'"
+_SORT_ORDER = "sort order such as 'id DESC NULLS LAST, ts' or 'zorder(a, b)'"
+_TIMESTAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+_SORT_TERM = r"[A-Za-z_][A-Za-z0-9_]*(\s+(ASC|DESC))?(\s+NULLS\s+(FIRST|LAST))?"
+_SORT_ORDER_PATTERN = re.compile(
+    rf"\s*(zorder\(\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*\)|{_SORT_TERM}(\s*,\s*{_SORT_TERM})*)\s*",
+    re.IGNORECASE,
+)
+#: Named arguments, besides table, options and where, that each procedure takes, with their kinds.
+PROCEDURE_ARGUMENTS: dict[str, dict[str, object]] = {
+    "rewrite_data_files": {"strategy": ("binpack", "sort"), "sort_order": _SORT_ORDER},
+    "rewrite_position_delete_files": {},
+    "rewrite_manifests": {"use_caching": _BOOL},
+    "expire_snapshots": {"older_than": _TIMESTAMP, "retain_last": _POSITIVE_INT},
+    "remove_orphan_files": {"older_than": _TIMESTAMP, "dry_run": _BOOL},
 }
 
 
@@ -98,7 +120,8 @@ def sql_string_literal(value: str) -> str:
 
 def _format_option(procedure: str, name: str, value: object, kind: object) -> str:
     def bad(expected: str) -> InvalidCallError:
-        return InvalidCallError(f"{procedure} option {name!r} must be a {expected}, got {value!r}")
+        article = "" if expected.startswith("one of") else "a "
+        return InvalidCallError(f"{procedure} option {name!r} must be {article}{expected}, got {value!r}")
 
     if kind == _BOOL:
         if isinstance(value, bool):
@@ -131,6 +154,38 @@ def _format_option(procedure: str, name: str, value: object, kind: object) -> st
     raise AssertionError(f"unknown option kind {kind!r}")
 
 
+def _format_argument(procedure: str, name: str, value: object, kind: object) -> str:
+    """An argument as Spark SQL: booleans and numbers bare, timestamps as TIMESTAMP literals, text quoted."""
+    if kind == _TIMESTAMP:
+        if not isinstance(value, str) or not _TIMESTAMP_PATTERN.fullmatch(value):
+            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_TIMESTAMP}, got {value!r}")
+        return f"TIMESTAMP {sql_string_literal(value)}"
+    if kind == _SORT_ORDER:
+        if not isinstance(value, str) or not _SORT_ORDER_PATTERN.fullmatch(value):
+            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_SORT_ORDER}, got {value!r}")
+        return sql_string_literal(value.strip())
+    text = _format_option(procedure, name, value, kind).replace("option", "argument", 1)
+    return sql_string_literal(text) if isinstance(kind, tuple) else text
+
+
+def normalize_arguments(procedure: str, arguments: Mapping[str, object] | None) -> dict[str, str]:
+    """Check ``arguments`` against what ``procedure`` takes; return them rendered as Spark SQL."""
+    known = PROCEDURE_ARGUMENTS[_checked_procedure(procedure)]
+    rendered = {}
+    for name, value in (arguments or {}).items():
+        if name not in known:
+            raise InvalidCallError(
+                f"{procedure} does not take argument {name!r}; known: {', '.join(sorted(known)) or 'none'}"
+            )
+        try:
+            rendered[name] = _format_argument(procedure, name, value, known[name])
+        except InvalidCallError as error:
+            raise InvalidCallError(str(error).replace(" option ", " argument ")) from None
+    if "sort_order" in rendered and (arguments or {}).get("strategy") != "sort":
+        raise InvalidCallError(f"{procedure} argument 'sort_order' needs strategy 'sort', got {arguments!r}")
+    return rendered
+
+
 def normalize_options(procedure: str, options: Mapping[str, object] | None) -> dict[str, str]:
     """Check ``options`` against what ``procedure`` accepts and return them as the strings Spark takes."""
     known = _procedure_options(procedure)
@@ -148,13 +203,16 @@ def normalize_options(procedure: str, options: Mapping[str, object] | None) -> d
     return normalized
 
 
-def _procedure_options(procedure: str) -> dict[str, object]:
-    try:
-        return PROCEDURE_OPTIONS[procedure]
-    except KeyError:
+def _checked_procedure(procedure: str) -> str:
+    if procedure not in PROCEDURE_OPTIONS:
         raise InvalidCallError(
             f"procedure {procedure!r} is not supported; choose one of {', '.join(PROCEDURE_OPTIONS)}"
-        ) from None
+        )
+    return procedure
+
+
+def _procedure_options(procedure: str) -> dict[str, object]:
+    return PROCEDURE_OPTIONS[_checked_procedure(procedure)]
 
 
 def build_call(
@@ -162,20 +220,27 @@ def build_call(
     table: TableName,
     options: Mapping[str, object] | None = None,
     where: str | None = None,
+    arguments: Mapping[str, object] | None = None,
 ) -> str:
     """Return the ``CALL <catalog>.system.<procedure>(...)`` statement for ``table``.
 
     The ``where`` predicate is Spark SQL that Iceberg parses itself; it is passed as one escaped string
-    literal, so it can never end the literal and add SQL of its own.
+    literal, so it can never end the literal and add SQL of its own. ``arguments`` are the procedure's other
+    named arguments (``strategy``, ``older_than``, ``retain_last``, ...), each checked against its kind.
     """
     normalized = normalize_options(procedure, options)
+    rendered = normalize_arguments(procedure, arguments)
     if where is not None and not isinstance(where, str):
         raise InvalidCallError(f"where must be a string predicate or None, got {where!r}")
+    has_where = where is not None and bool(where.strip())
+    if has_where and procedure not in WHERE_PROCEDURES:
+        raise InvalidCallError(f"{procedure} takes no where predicate, got {where!r}")
     args = [f"table => {sql_string_literal(table.in_catalog)}"]
+    args += [f"{name} => {value}" for name, value in rendered.items()]
     if normalized:
         pairs = ", ".join(f"{sql_string_literal(k)}, {sql_string_literal(v)}" for k, v in normalized.items())
         args.append(f"options => map({pairs})")
-    if where is not None and where.strip():
+    if has_where:
         args.append(f"where => {sql_string_literal(where)}")
     return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
 
@@ -193,7 +258,16 @@ def format_result_line(result: Mapping[str, object]) -> str:
 
 
 def parse_result_line(line: str) -> dict[str, object] | None:
-    """The result row from a line printed by :func:`format_result_line`, or None for any other line."""
-    if not line.startswith(RESULT_MARKER):
+    """The result row from a line printed by :func:`format_result_line`, or None for any other line.
+
+    Text after the JSON object is ignored: spark-submit's stderr (Spark's console progress bar, which ends
+    its updates with a carriage return, not a newline) can land on the same line of the merged output.
+    """
+    start = line.find(RESULT_MARKER)
+    if start < 0:
         return None
-    return json.loads(line[len(RESULT_MARKER) :])
+    try:
+        result, _ = json.JSONDecoder().raw_decode(line, start + len(RESULT_MARKER))
+    except ValueError:
+        return None
+    return result if isinstance(result, dict) else None

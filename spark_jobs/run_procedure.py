@@ -21,9 +21,10 @@ from iceberg_call import TableName, build_call, format_result_line, with_secret_
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True, help="catalog.namespace.table")
-    parser.add_argument("--procedure", required=True, help="rewrite_data_files or rewrite_position_delete_files")
+    parser.add_argument("--procedure", required=True, help="rewrite_data_files, expire_snapshots, ...")
     parser.add_argument("--options", default="{}", help="JSON object of procedure options")
     parser.add_argument("--where", default=None, help="Spark SQL predicate that selects partitions")
+    parser.add_argument("--arguments", default="{}", help="JSON object of the procedure's other arguments")
     return parser.parse_args(argv)
 
 
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     table = TableName.parse(args.table)
     # Validate everything before Spark starts: a bad value fails in a second and touches nothing.
-    statement = build_call(args.procedure, table, json.loads(args.options), args.where)
+    statement = build_call(args.procedure, table, json.loads(args.options), args.where, json.loads(args.arguments))
 
     from pyspark.sql import SparkSession
 

@@ -103,6 +103,8 @@ def test_spark_settings_match_the_catalog_and_keep_secrets_out_of_conf(catalog):
     settings = spark_settings_for_connection("lake", "lake")
     assert settings.conf == {
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
         **conf,
     }

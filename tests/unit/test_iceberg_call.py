@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from spark_jobs.iceberg_call import (
@@ -97,7 +99,8 @@ def test_option_only_valid_for_data_files_is_refused_for_position_deletes():
 def test_bad_option_value_is_refused_naming_option_and_value(name, value, expected):
     with pytest.raises(InvalidCallError) as error:
         normalize_options("rewrite_data_files", {name: value})
-    assert f"option {name!r} must be a {expected}" in str(error.value)
+    article = "" if expected.startswith("one of") else "a "
+    assert f"option {name!r} must be {article}{expected}" in str(error.value)
     assert repr(value) in str(error.value)
 
 
@@ -112,3 +115,53 @@ def test_result_line_round_trips_and_other_lines_are_ignored():
     line = format_result_line({"rewritten_data_files_count": 210, "added_data_files_count": 3})
     assert parse_result_line(line) == {"rewritten_data_files_count": 210, "added_data_files_count": 3}
     assert parse_result_line("26/11/22 INFO SparkContext: Running Spark version 3.5.9") is None
+
+
+def test_result_line_survives_spark_progress_output_on_the_same_line():
+    line = format_result_line({"rewritten_data_files_count": 24}) + "[Stage 12:=====>          (3 + 2) / 8]"
+    assert parse_result_line(line) == {"rewritten_data_files_count": 24}
+    assert parse_result_line("[Stage 3:>  (0 + 2) / 2]\r" + format_result_line({"a": 1})) == {"a": 1}
+    assert parse_result_line("AIRFLOW_ICEBERG_RESULT {not json") is None
+
+
+def test_table_care_procedures_take_their_typed_arguments():
+    assert build_call(
+        "expire_snapshots", EVENTS, arguments={"older_than": "2026-11-20 00:00:00", "retain_last": 5}
+    ) == (
+        "CALL `lake`.system.expire_snapshots(table => 'demo.events', "
+        "older_than => TIMESTAMP '2026-11-20 00:00:00', retain_last => 5)"
+    )
+    assert build_call("remove_orphan_files", EVENTS, arguments={"older_than": "2026-11-20 01:02:03.5"}) == (
+        "CALL `lake`.system.remove_orphan_files(table => 'demo.events', "
+        "older_than => TIMESTAMP '2026-11-20 01:02:03.5')"
+    )
+    assert build_call("rewrite_manifests", EVENTS) == "CALL `lake`.system.rewrite_manifests(table => 'demo.events')"
+
+
+def test_sort_strategy_and_order_are_arguments_of_rewrite_data_files():
+    assert build_call("rewrite_data_files", EVENTS, arguments={"strategy": "sort", "sort_order": "zorder(id, ts)"}) == (
+        "CALL `lake`.system.rewrite_data_files(table => 'demo.events', "
+        "strategy => 'sort', sort_order => 'zorder(id, ts)')"
+    )
+
+
+@pytest.mark.parametrize(
+    ("procedure", "arguments", "message"),
+    [
+        ("expire_snapshots", {"older_than": "yesterday"}, "argument 'older_than' must be a UTC timestamp"),
+        ("expire_snapshots", {"older_than": "2026-11-20 00:00:00') ; DROP"}, "argument 'older_than' must be"),
+        ("expire_snapshots", {"retain_last": 0}, "argument 'retain_last' must be a positive integer, got 0"),
+        ("rewrite_data_files", {"strategy": "zorder"}, "argument 'strategy' must be one of binpack, sort"),
+        ("rewrite_data_files", {"strategy": "sort", "sort_order": "id; DROP"}, "argument 'sort_order' must be"),
+        ("rewrite_data_files", {"sort_order": "id"}, "'sort_order' needs strategy 'sort'"),
+        ("rewrite_manifests", {"older_than": "2026-11-20 00:00:00"}, "does not take argument 'older_than'"),
+    ],
+)
+def test_bad_procedure_arguments_are_refused_by_name(procedure, arguments, message):
+    with pytest.raises(InvalidCallError, match=re.escape(message)):
+        build_call(procedure, EVENTS, arguments=arguments)
+
+
+def test_only_rewrites_take_a_where_predicate():
+    with pytest.raises(InvalidCallError, match="expire_snapshots takes no where predicate"):
+        build_call("expire_snapshots", EVENTS, where="ts > '2026-01-01'")
