@@ -8,11 +8,13 @@ reported by its position, table name and field while every other table still get
 from __future__ import annotations
 
 import os
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -57,6 +59,97 @@ class SparkSettings(BaseModel):
         return expanded
 
 
+_DATE_TOKENS = {"yyyy": "%Y", "MM": "%m", "dd": "%d", "HH": "%H"}
+_DATE_PATTERN = re.compile(r"(yyyy|MM|dd|HH|[-_/.: ])+")
+
+
+class PartitionOfDay(BaseModel):
+    """How a run's logical date D selects D's partitions.
+
+    Either a string column holding the day in a format (the source design's ``dt = 'yyyyMMdd'``), or a
+    timestamp column partitioned with Iceberg's ``day`` transform.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    column: str = Field(description="Partition source column")
+    format: str | None = Field(default=None, description="Java-style date format, e.g. yyyyMMdd or yyyy-MM-dd")
+    transform: Literal["day"] | None = Field(default=None, description="'day' for a day-partitioned timestamp")
+
+    @field_validator("column")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"column {value!r} must be a plain identifier")
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _date_format(cls, value: str | None) -> str | None:
+        if value is not None and not _DATE_PATTERN.fullmatch(value):
+            raise ValueError(f"format {value!r} may use only yyyy, MM, dd, HH and the separators - _ / . : space")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PartitionOfDay:
+        if (self.format is None) == (self.transform is None):
+            raise ValueError("give exactly one of format (a string column) or transform: day (a timestamp column)")
+        return self
+
+    def predicate_template(self) -> str:
+        """A Jinja template rendering to the Spark SQL predicate for the run's logical date."""
+        if self.transform == "day":
+            return (
+                f"`{self.column}` >= TIMESTAMP '{{{{ ds }}}} 00:00:00' "
+                f"AND `{self.column}` < TIMESTAMP '{{{{ macros.ds_add(ds, 1) }}}} 00:00:00'"
+            )
+        return f"`{self.column}` = '{self._formatted_day()}'"
+
+    def pyiceberg_filter_template(self) -> str:
+        """The same selection as a pyiceberg row filter (no backticks; ISO timestamps with zone), for dry runs."""
+        if self.transform == "day":
+            return (
+                f"{self.column} >= '{{{{ ds }}}}T00:00:00+00:00' "
+                f"AND {self.column} < '{{{{ macros.ds_add(ds, 1) }}}}T00:00:00+00:00'"
+            )
+        return f"{self.column} = '{self._formatted_day()}'"
+
+    def _formatted_day(self) -> str:
+        strftime = re.sub("yyyy|MM|dd|HH", lambda m: _DATE_TOKENS[m.group(0)], self.format or "")
+        return f'{{{{ logical_date.strftime("{strftime}") }}}}'
+
+
+class FullRewriteConfig(BaseModel):
+    """The daily full rewrite: every data file and position-delete file of a day's partitions, rewritten."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schedule: str | None = Field(default="@daily", description="Cron or preset; None for manual runs only")
+    catchup: bool = Field(default=False, description="Run the days missed since start_date")
+    start_date: date = Field(default=date(2026, 1, 1), description="First logical date")
+    partition: PartitionOfDay | None = Field(default=None, description="Without it, the whole table")
+    max_concurrent_file_group_rewrites: int = Field(default=200, gt=0)
+
+
+class TableCareConfig(BaseModel):
+    """Upkeep after the daily full rewrite, once the gate is open again: it never pauses writers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rewrite_manifests: bool = True
+    expire_snapshots: bool = True
+    expire_older_than_hours: float = Field(
+        default=24.0, ge=0, description="Expire snapshots older than this, before the table's current snapshot"
+    )
+    retain_last: int = Field(default=10, gt=0, description="Keep at least this many snapshots")
+    checkpoint_marker: str = Field(
+        default="flink.max-committed-checkpoint-id",
+        description="Snapshot-summary key of the streaming writer's checkpoint; its newest snapshot is kept",
+    )
+    remove_orphan_files: bool = True
+    orphan_older_than_hours: float = Field(default=72.0, gt=0, description="Remove orphans older than this")
+
+
 class TableConfig(BaseModel):
     """One gated table and how its compaction DAG runs."""
 
@@ -67,6 +160,7 @@ class TableConfig(BaseModel):
     idle_seconds: int = Field(default=300, ge=0, description="Quiet time required after the gate closes")
     lease_seconds: int = Field(default=3600, gt=0, description="Longest the gate stays closed if a run dies")
     poke_seconds: int = Field(default=10, gt=0, description="Pause between checks for a quiet writer")
+    gate_wait_seconds: int = Field(default=900, ge=0, description="How long close_gate waits for a held gate")
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
     where: str | None = Field(default=None, description="Templated Spark SQL predicate for recent partitions")
     rewrite_data_files: dict[str, Any] = Field(default_factory=dict, description="Options by Iceberg's names")
@@ -75,6 +169,8 @@ class TableConfig(BaseModel):
     iceberg_conn_id: str | None = Field(default=None, description="Defaults to the catalog's name")
     write_gate_conn_id: str = "write_gate_default"
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
+    table_care: TableCareConfig = Field(default_factory=TableCareConfig)
 
     @field_validator("table")
     @classmethod
@@ -100,6 +196,17 @@ class TableConfig(BaseModel):
             raise ValueError(
                 f"lease_seconds ({self.lease_seconds}) must be more than twice idle_seconds "
                 f"({self.idle_seconds}), so the writer can go quiet and the rewrites finish within the lease"
+            )
+        from airflow_iceberg.operators.table_care import ORPHAN_MARGIN, minimum_orphan_age
+
+        care = self.table_care
+        minimum_hours = minimum_orphan_age(self.lease_seconds).total_seconds() / 3600
+        if care.remove_orphan_files and care.orphan_older_than_hours < minimum_hours:
+            raise ValueError(
+                f"table_care.orphan_older_than_hours ({care.orphan_older_than_hours}) must be at least the lease "
+                f"({self.lease_seconds} s) plus {ORPHAN_MARGIN}, and Iceberg's own 24 hours: {minimum_hours:.2f} "
+                "hours. A closed gate keeps a writer's files uncommitted for up to its lease, and removing them "
+                "would lose data"
             )
         return self
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, check_lease_seconds
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHeldError, WriteGateHook, check_lease_seconds
 from spark_jobs.iceberg_call import TableName
 
 
@@ -21,12 +22,17 @@ class CloseWriteGateOperator(BaseOperator):
 
     Writers pause while the gate is closed and its lease has not ended. Closing succeeds if the gate is open,
     its lease has expired, or this run already holds it (a retry renews the lease). If another run holds it,
-    the task fails and changes nothing. Pushes the close time and lease end (database clock) to XCom.
+    the task waits up to ``wait_for_gate_seconds`` for it, then fails having changed nothing. Pushes the
+    close time and lease end (database clock) to XCom.
 
     :param table: The table, ``catalog.namespace.table``.
     :param lease_seconds: How long the gate may stay closed if this run never opens it: writers resume when
         the lease ends even if the run crashed. Make it longer than the writer's idle wait plus the rewrites.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
+    :param wait_for_gate_seconds: How long to wait for a gate another run holds (the daily full rewrite and
+        the frequent compaction of a table, or overlapping backfill runs, meet there) before failing; 0 fails
+        at once. While waiting, the gate is only read, so the audit trail records real attempts only.
+    :param poll_seconds: Pause between looks at a held gate.
     """
 
     template_fields: Sequence[str] = ()
@@ -38,17 +44,38 @@ class CloseWriteGateOperator(BaseOperator):
         table: str,
         lease_seconds: int = 3600,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
+        wait_for_gate_seconds: int = 0,
+        poll_seconds: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         TableName.parse(table)
         check_lease_seconds(lease_seconds)
+        if wait_for_gate_seconds < 0:
+            raise ValueError(f"wait_for_gate_seconds must not be negative, got {wait_for_gate_seconds!r}")
         self.table = table
         self.lease_seconds = lease_seconds
         self.write_gate_conn_id = write_gate_conn_id
+        self.wait_for_gate_seconds = wait_for_gate_seconds
+        self.poll_seconds = poll_seconds
 
     def execute(self, context: Context) -> dict[str, str]:
-        state = WriteGateHook(self.write_gate_conn_id).close_gate(self.table, run_owner(context), self.lease_seconds)
+        hook = WriteGateHook(self.write_gate_conn_id)
+        owner = run_owner(context)
+        deadline = time.monotonic() + self.wait_for_gate_seconds
+        while True:
+            current = hook.get_state(self.table)
+            held_by_another = current.pauses_writers and current.owner != owner
+            if not held_by_another or time.monotonic() >= deadline:
+                try:
+                    state = hook.close_gate(self.table, owner, self.lease_seconds)
+                    break
+                except WriteGateHeldError:
+                    if time.monotonic() >= deadline:
+                        raise
+            self.log.info("Write gate of %s is held by %s until %s; waiting", self.table, current.owner,
+                          current.lease_expires_at)  # fmt: skip
+            time.sleep(self.poll_seconds)
         return {
             "table": self.table,
             "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]

@@ -18,9 +18,9 @@ def test_shipped_dag_folder_loads_without_import_errors(monkeypatch):
     monkeypatch.delenv("AIRFLOW_ICEBERG_CONFIG", raising=False)
     bag = load_dag_folder()
     assert bag.import_errors == {}
-    assert "iceberg_compact__lake__demo__events" in bag.dag_ids
+    assert {"iceberg_compact__lake__demo__events", "iceberg_full_rewrite__lake__demo__events"} <= set(bag.dag_ids)
     dag = bag.get_dag("iceberg_compact__lake__demo__events")
-    assert [t.task_id for t in dag.topological_sort()][0] == "close_gate"
+    assert [t.task_id for t in dag.topological_sort()][:2] == ["check_run_params", "close_gate"]
 
 
 def test_bad_entry_is_an_import_error_naming_entry_and_field_and_good_tables_still_load(tmp_path, monkeypatch):

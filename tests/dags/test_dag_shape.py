@@ -8,6 +8,7 @@ from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag
 
 CHAIN = [
+    "check_run_params",
     "close_gate",
     "wait_until_writer_idle",
     "rewrite_data_files",
@@ -68,3 +69,46 @@ def test_table_settings_reach_the_tasks():
 def test_sensor_reschedules_unless_deferrable():
     assert make_dag().get_task("wait_until_writer_idle").mode == "reschedule"
     assert make_dag(deferrable=True).get_task("wait_until_writer_idle").mode == "poke"
+
+
+def make_full_rewrite_dag(**settings):
+    from airflow_iceberg.dag_factory import build_full_rewrite_dag
+
+    return build_full_rewrite_dag(TableConfig.model_validate({"table": "lake.sales.orders", **settings}))
+
+
+def render_where(dag, logical_date: str) -> str:
+    """The rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in the task."""
+    import pendulum
+    from airflow.macros import ds_add
+
+    task = dag.get_task("rewrite_data_files")
+    moment = pendulum.parse(logical_date)
+    context = {"ds": moment.to_date_string(), "logical_date": moment, "macros": type("M", (), {"ds_add": ds_add})}
+    return task.render_template(task.where, context)
+
+
+def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_gate():
+    dag = make_full_rewrite_dag(full_rewrite={"partition": {"column": "dt", "format": "yyyyMMdd"}, "catchup": True})
+    assert dag.dag_id == "iceberg_full_rewrite__lake__sales__orders"
+    care = ["rewrite_manifests", "expire_snapshots", "remove_orphan_files"]
+    assert [t.task_id for t in dag.topological_sort()] == [*CHAIN, *care]
+    # Table care runs once the gate is open again, and only after the rewrites succeeded.
+    assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_position_delete_files"}
+    assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
+    assert dag.get_task("open_gate").is_teardown and dag.max_active_runs == 1
+    assert dag.schedule == "@daily" and dag.catchup is True
+    for procedure in ("rewrite_data_files", "rewrite_position_delete_files"):
+        assert dag.get_task(procedure).options == {"rewrite-all": True, "max-concurrent-file-group-rewrites": 200}
+    assert render_where(dag, "2026-11-20T00:00:00+00:00") == "`dt` = '20261120'"
+
+
+def test_a_day_transform_selects_the_utc_day_of_the_logical_date():
+    dag = make_full_rewrite_dag(full_rewrite={"partition": {"column": "ts", "transform": "day"}})
+    assert render_where(dag, "2026-11-20T00:00:00+00:00") == (
+        "`ts` >= TIMESTAMP '2026-11-20 00:00:00' AND `ts` < TIMESTAMP '2026-11-21 00:00:00'"
+    )
+
+
+def test_without_a_partition_the_full_rewrite_takes_the_whole_table():
+    assert make_full_rewrite_dag().get_task("rewrite_data_files").where is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -240,3 +241,39 @@ def test_during_a_mysql_outage_a_writer_whose_gate_was_open_keeps_committing(hoo
     client._drop_connection()
     down["yes"] = True
     assert client.may_commit()
+
+
+def close_task_context(owner: GateOwner) -> dict:
+    """The two context entries CloseWriteGateOperator reads: the DAG (for its id) and the run id."""
+    return {"dag": type("Dag", (), {"dag_id": owner.dag_id}), "run_id": owner.run_id}
+
+
+def test_close_task_waits_for_a_gate_another_run_holds_and_closes_once_it_is_free(hook, table):
+    from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
+
+    hook.close_gate(table, RUN_A, lease_seconds=600)
+    opener = threading.Timer(1.5, hook.open_gate, args=(table, RUN_A))
+    opener.start()
+    task = CloseWriteGateOperator(task_id="close_gate", table=table, wait_for_gate_seconds=60, poll_seconds=0.2)
+    started = time.monotonic()
+    result = task.execute(close_task_context(RUN_B))
+    opener.join()
+    assert time.monotonic() - started >= 1.4
+    assert hook.get_state(table).owner == RUN_B and result["table"] == table
+    # While waiting it only read the gate: the trail has no refusals.
+    assert [(r["action"], r["owner_run_id"]) for r in hook.audit_trail(table)] == [
+        ("close", RUN_A.run_id),
+        ("open", RUN_A.run_id),
+        ("close", RUN_B.run_id),
+    ]
+
+
+def test_close_task_gives_up_after_its_wait_with_one_refusal_recorded(hook, table):
+    from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
+
+    hook.close_gate(table, RUN_A, lease_seconds=600)
+    task = CloseWriteGateOperator(task_id="close_gate", table=table, wait_for_gate_seconds=1, poll_seconds=0.2)
+    with pytest.raises(WriteGateHeldError, match=re.escape(RUN_A.run_id)):
+        task.execute(close_task_context(RUN_B))
+    assert [r["action"] for r in hook.audit_trail(table)] == ["close", "close_refused"]
+    assert hook.get_state(table).owner == RUN_A

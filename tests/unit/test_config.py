@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -106,3 +107,26 @@ def test_unreadable_or_malformed_file_raises_naming_the_file(tmp_path):
         load_table_list(tmp_path / "missing.yaml")
     with pytest.raises(IcebergConfigError, match="expected a mapping with a 'tables' list"):
         load_table_list(write(tmp_path, "- table: lake.db.a"))
+
+
+@pytest.mark.parametrize(
+    ("partition", "message"),
+    [
+        ({"column": "dt"}, "give exactly one of format"),
+        ({"column": "dt", "format": "yyyyMMdd", "transform": "day"}, "give exactly one of format"),
+        ({"column": "dt", "format": "yyyy'); DROP"}, "may use only yyyy, MM, dd, HH"),
+        ({"column": "d t", "transform": "day"}, "must be a plain identifier"),
+        ({"column": "ts", "transform": "hour"}, "Input should be 'day'"),
+    ],
+)
+def test_a_bad_day_partition_mapping_is_named(partition, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TableConfig.model_validate({"table": "lake.db.a", "full_rewrite": {"partition": partition}})
+
+
+def test_orphan_removal_window_shorter_than_the_lease_plus_margin_is_refused_in_config():
+    with pytest.raises(ValueError, match=r"orphan_older_than_hours \(30.0\) must be at least the lease .* 30.50 hours"):
+        TableConfig(table="lake.db.a", lease_seconds=106200, table_care={"orphan_older_than_hours": 30})
+    TableConfig(table="lake.db.a", lease_seconds=106200, table_care={"orphan_older_than_hours": 31})
+    with pytest.raises(ValueError, match=r"Iceberg's own 24 hours: 24.00 hours"):
+        TableConfig(table="lake.db.a", lease_seconds=3600, table_care={"orphan_older_than_hours": 12})
