@@ -9,22 +9,34 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Context
+from airflow.sdk import Asset, Context
 
 import spark_jobs
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.run_params import overrides_from_params
 from airflow_iceberg.spark_output import tap_spark_output
 from airflow_iceberg.writer_idle import WriteGateNotHeldError
-from spark_jobs.iceberg_call import TableName, build_call, normalize_options, parse_result_line
+from spark_jobs.iceberg_call import TableName, build_call, normalize_arguments, normalize_options, parse_result_line
 
 SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
+
+
+def table_asset(table: str) -> Asset:
+    """The Airflow Asset standing for an Iceberg table: ``iceberg://<catalog>/<namespace>/<table>``."""
+    name = TableName.parse(table)
+    return Asset(uri=f"iceberg://{name.catalog}/{name.namespace}/{name.table}", name=str(name))
+
+
 RUN_PROCEDURE_JOB = SPARK_JOBS_DIR / "run_procedure.py"
 
 
 class IcebergRewriteOperator(SparkSubmitOperator):
     """Run ``CALL <catalog>.system.<procedure>(...)`` on one table in a PySpark job and push its result row.
+
+    Built for the rewrites (``rewrite_data_files``, ``rewrite_position_delete_files``); it runs the table-care
+    procedures (``rewrite_manifests``, ``expire_snapshots``, ``remove_orphan_files``) the same way.
 
     The job (``spark_jobs/run_procedure.py``) builds the ``CALL`` from checked parts: the table name must be
     ``catalog.namespace.table``, option names come from the procedure's known list, and option values and the
@@ -44,9 +56,15 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     :param procedure: ``rewrite_data_files`` or ``rewrite_position_delete_files``.
     :param options: Procedure options by Iceberg's names, e.g. ``{"target-file-size-bytes": 134217728}``.
     :param where: Spark SQL predicate selecting the partitions to rewrite. (templated)
+    :param arguments: The procedure's other named arguments, e.g. ``{"strategy": "sort"}`` or, for
+        ``expire_snapshots``, ``{"older_than": "2026-11-20 00:00:00", "retain_last": 10}``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: If set, check that this run holds the gate before submitting.
+    :param apply_run_params: Let the run's Params (``where``, ``rewrite_all``, ``target_file_size_bytes``,
+        ``min_input_files``, ``partial_progress``, ``strategy``, ``sort_order``) override the settings above.
     :param kwargs: Passed to :class:`SparkSubmitOperator` (``conn_id``, ``jars``, ``packages``, ``conf``, ...).
+        With ``outlets=[table_asset(table)]`` each successful run emits an asset event whose extra holds the
+        procedure's name and result row, so downstream DAGs can be scheduled on "this table was compacted".
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "where")
@@ -58,12 +76,15 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         procedure: str,
         options: Mapping[str, Any] | None = None,
         where: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str | None = None,
+        apply_run_params: bool = False,
         **kwargs: Any,
     ) -> None:
         name = TableName.parse(table)
         normalize_options(procedure, options)
+        normalize_arguments(procedure, arguments)
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
         kwargs.setdefault("py_files", str(SPARK_JOBS_DIR / "iceberg_call.py"))
         kwargs.setdefault("name", f"iceberg-{procedure}-{name}")
@@ -72,13 +93,21 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self.procedure = procedure
         self.options = dict(options or {})
         self.where = where
+        self.arguments = dict(arguments or {})
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
+        self.apply_run_params = apply_run_params
         self._result: dict[str, Any] | None = None
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         name = TableName.parse(self.table)
-        build_call(self.procedure, name, self.options, self.where)  # the rendered where, checked before Spark
+        options, arguments, where = self.options, self.arguments, self.where
+        if self.apply_run_params:
+            overrides = overrides_from_params(context["params"])
+            options = {**options, **overrides.options.get(self.procedure, {})}
+            arguments = {**arguments, **overrides.arguments.get(self.procedure, {})}
+            where = overrides.where or where
+        build_call(self.procedure, name, options, where, arguments)  # checked before Spark starts
         if self.write_gate_conn_id:
             gate = WriteGateHook(self.write_gate_conn_id).get_state(str(name))
             if not gate.held_by(run_owner(context)):
@@ -93,16 +122,20 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self.application_args = [
             "--table", str(name),
             "--procedure", self.procedure,
-            "--options", json.dumps(self.options),
+            "--options", json.dumps(options),
         ]  # fmt: skip
-        if self.where:
-            self.application_args += ["--where", self.where]
+        if where:
+            self.application_args += ["--where", where]
+        if arguments:
+            self.application_args += ["--arguments", json.dumps(arguments)]
         self._result = None
         super().execute(context)
         if self._result is None:
             self.log.warning("The Spark job reported no result row (cluster deploy mode keeps driver output)")
         else:
             self.log.info("%s on %s: %s", self.procedure, name, self._result)
+        for outlet in self.outlets:  # the table's asset event carries what this procedure did
+            context["outlet_events"][outlet].extra = {"procedure": self.procedure, **(self._result or {})}
         return self._result
 
     def _get_hook(self) -> SparkSubmitHook:

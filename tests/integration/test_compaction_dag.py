@@ -18,6 +18,24 @@ from airflow_iceberg.writers import write_small_files
 WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
 
 
+def asset_events(table: str) -> list[dict]:
+    """The extras of the asset events of ``table``, oldest first, from Airflow's metadata database."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from airflow_iceberg.operators.rewrite import table_asset
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.uri == table_asset(table).uri)
+            .order_by(AssetEvent.id)
+        )
+        return list(session.scalars(query))
+
+
 def snapshot_ids(table: str) -> list[int]:
     metadata = IcebergHook("lake").load_table(table.split(".", 1)[1]).metadata
     return [s.snapshot_id for s in metadata.snapshots]
@@ -94,6 +112,7 @@ def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unch
     assert states["rewrite_data_files"] == "failed"
     assert states["rewrite_position_delete_files"] == "upstream_failed"
     assert states["open_gate"] == "success"
+    assert asset_events(table) == []  # a failed rewrite emits no asset event
     gate = WriteGateHook()
     assert gate.get_state(table).state == "open"
     assert [r["action"] for r in gate.audit_trail(table)][-2:] == ["close", "open"]

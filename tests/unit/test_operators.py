@@ -32,7 +32,7 @@ def test_rewrite_operator_submits_the_procedure_job_with_its_helper_module():
     ("kwargs", "message"),
     [
         ({"table": "demo.events"}, "'demo.events' is not 'catalog.namespace.table'"),
-        ({"procedure": "expire_snapshots"}, "'expire_snapshots' is not supported"),
+        ({"procedure": "drop_table"}, "'drop_table' is not supported"),
         ({"options": {"rewrite-all": "maybe"}}, "option 'rewrite-all' must be a boolean, got 'maybe'"),
     ],
 )
@@ -68,3 +68,14 @@ def test_trigger_serializes_to_its_own_class_and_arguments():
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_iceberg.triggers.snapshot_idle.SnapshotIdleTrigger"
     assert SnapshotIdleTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_orphan_removal_refuses_an_older_than_inside_the_lease_plus_margin():
+    from airflow_iceberg.operators.table_care import RemoveOrphanFilesOperator
+
+    with pytest.raises(ValueError, match=r"older_than_hours=25 is too short: .* lease \(90000 s\) plus a margin"):
+        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=25, lease_seconds=90000)
+    with pytest.raises(ValueError, match=r"older_than_hours=2 is too short: .* Iceberg's own 24 hours"):
+        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=2, lease_seconds=600)
+    ok = RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=26, lease_seconds=90000)
+    assert ok.procedure == "remove_orphan_files"

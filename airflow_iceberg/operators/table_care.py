@@ -1,0 +1,131 @@
+"""Table care after the gate reopens: expire old snapshots and remove orphan files, safely for streaming writers."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+from airflow.sdk import Context
+
+from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
+from spark_jobs.iceberg_call import TableName
+
+#: Flink's Iceberg sink records its last committed checkpoint in this snapshot-summary key. On restore it
+#: walks back from the current snapshot to find it; if that snapshot was expired, it commits the data again.
+FLINK_CHECKPOINT_MARKER = "flink.max-committed-checkpoint-id"
+#: Added to the gate's longest lease for remove_orphan_files: files younger than that may belong to a
+#: writer whose commit a closed gate is holding back.
+ORPHAN_MARGIN = timedelta(hours=1)
+#: Iceberg's own floor: its remove_orphan_files procedure refuses an interval under 24 hours.
+ICEBERG_ORPHAN_FLOOR = timedelta(hours=24)
+
+
+def minimum_orphan_age(lease_seconds: int) -> timedelta:
+    """The shortest safe ``older_than`` for orphan removal next to a gate with this lease."""
+    return max(ICEBERG_ORPHAN_FLOOR, timedelta(seconds=lease_seconds) + ORPHAN_MARGIN)
+
+
+def _run_time(context: Context) -> datetime:
+    """The run's logical date (or, for runs without one, the time it started), in UTC."""
+    moment = context.get("logical_date") or context["dag_run"].start_date
+    return moment.astimezone(timezone.utc)
+
+
+def _snapshot_time(timestamp_ms: int) -> datetime:
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc)
+
+
+def _timestamp(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+class ExpireSnapshotsOperator(IcebergRewriteOperator):
+    """``expire_snapshots`` that never expires the newest snapshot carrying a streaming writer's checkpoint.
+
+    Snapshots older than ``older_than_hours`` before the table's current snapshot are expired (keeping at
+    least ``retain_last``); the cut-off is measured on the table's own commit times, not a worker's clock, so a
+    backfilled run behaves like a scheduled one. It never passes the newest snapshot whose summary carries
+    ``checkpoint_marker``: that snapshot, and every newer one, survives. Files that no surviving snapshot
+    references (the small files a rewrite replaced, once the snapshots before it are gone) are deleted.
+
+    :param older_than_hours: Expire snapshots older than this, counted back from the current snapshot.
+    :param retain_last: Keep at least this many of the newest snapshots.
+    :param checkpoint_marker: Snapshot-summary key a streaming writer sets at each commit.
+    """
+
+    def __init__(
+        self,
+        *,
+        older_than_hours: float = 24.0,
+        retain_last: int = 1,
+        checkpoint_marker: str = FLINK_CHECKPOINT_MARKER,
+        **kwargs: Any,
+    ) -> None:
+        if older_than_hours < 0:
+            raise ValueError(f"older_than_hours must not be negative, got {older_than_hours!r}")
+        kwargs.setdefault("procedure", "expire_snapshots")
+        kwargs.setdefault("arguments", {"retain_last": retain_last})
+        super().__init__(**kwargs)
+        self.older_than_hours = older_than_hours
+        self.retain_last = retain_last
+        self.checkpoint_marker = checkpoint_marker
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        metadata = IcebergHook(self.iceberg_conn_id).load_table(TableName.parse(self.table).in_catalog).metadata
+        current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
+        if current is None:
+            self.log.info("%s has no snapshot: nothing to expire", self.table)
+            return None
+        cutoff = _snapshot_time(current.timestamp_ms) - timedelta(hours=self.older_than_hours)
+        marker = self._newest_marked_snapshot(metadata)
+        if marker is not None and marker[1] < cutoff:
+            self.log.info(
+                "Keeping snapshot %s, the newest with %s: expiring only snapshots older than it",
+                marker[0], self.checkpoint_marker,
+            )  # fmt: skip
+            cutoff = marker[1]
+        self.arguments = {"older_than": _timestamp(cutoff), "retain_last": self.retain_last}
+        return super().execute(context)
+
+    def _newest_marked_snapshot(self, metadata: Any) -> tuple[int, datetime] | None:
+        marked = [
+            s
+            for s in metadata.snapshots
+            if s.summary is not None and self.checkpoint_marker in s.summary.additional_properties
+        ]
+        if not marked:
+            return None
+        newest = max(marked, key=lambda s: s.timestamp_ms)
+        return newest.snapshot_id, _snapshot_time(newest.timestamp_ms)
+
+
+class RemoveOrphanFilesOperator(IcebergRewriteOperator):
+    """``remove_orphan_files`` for files older than ``older_than_hours``, never within a gate's lease.
+
+    A closed gate keeps a writer's freshly written files uncommitted for up to the lease, and to this
+    procedure they look like orphans: removing them loses data. So ``older_than_hours`` must cover the longest
+    lease of the table's gate plus :data:`ORPHAN_MARGIN`, and Iceberg's own 24-hour floor; a shorter value is
+    refused when the DAG is parsed.
+
+    :param older_than_hours: Remove unreferenced files older than this, before the run's logical date.
+    :param lease_seconds: The longest lease the table's gate is closed with.
+    """
+
+    def __init__(self, *, older_than_hours: float, lease_seconds: int, **kwargs: Any) -> None:
+        minimum = minimum_orphan_age(lease_seconds)
+        if timedelta(hours=older_than_hours) < minimum:
+            raise ValueError(
+                f"remove_orphan_files older_than_hours={older_than_hours!r} is too short: it must be at least the "
+                f"gate's lease ({lease_seconds} s) plus a margin of {ORPHAN_MARGIN}, and at least Iceberg's own "
+                f"24 hours, i.e. {minimum.total_seconds() / 3600:.2f} hours, because a closed gate keeps a "
+                "writer's files uncommitted for up to its lease and removing them would lose data"
+            )
+        kwargs.setdefault("procedure", "remove_orphan_files")
+        super().__init__(**kwargs)
+        self.older_than_hours = older_than_hours
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        cutoff = _run_time(context) - timedelta(hours=self.older_than_hours)
+        self.arguments = {"older_than": _timestamp(cutoff)}
+        return super().execute(context)
