@@ -24,8 +24,7 @@ from airflow_iceberg.config import TableConfig
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
 from airflow_iceberg.spark_output import tap_spark_output
-
-GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
+from spark_jobs.write_gate import GATE_PASSWORD_ENV
 
 
 def spark_job_hook(

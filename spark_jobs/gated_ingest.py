@@ -35,9 +35,8 @@ from pathlib import Path
 
 from iceberg_call import TableName, with_secret_conf
 from ingest_events import DELETE_AT, DELETE_EVERY
-from write_gate import WriteGateClient
+from write_gate import add_gate_arguments, client_from_arguments
 
-GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
 TABLE_PROPERTIES = {
     "format-version": "2",
     "write.delete.mode": "merge-on-read",
@@ -74,10 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows-per-second", type=int, default=50)
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--trigger-seconds", type=float, default=3.0, help="commit interval")
-    parser.add_argument("--gate-host", default="127.0.0.1")
-    parser.add_argument("--gate-port", type=int, default=3306)
-    parser.add_argument("--gate-user", default="root")
-    parser.add_argument("--gate-database", default=None, help="omit to ignore the gate (the ungated control)")
+    add_gate_arguments(parser, ungated_help="omit to ignore the gate (the ungated control)")
     return parser.parse_args(argv)
 
 
@@ -103,17 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         f"USING iceberg PARTITIONED BY (bucket(4, key)) TBLPROPERTIES ({properties})"
     )
 
-    gate = None
-    if args.gate_database:
-        gate = WriteGateClient.connect(
-            str(name),
-            host=args.gate_host,
-            port=args.gate_port,
-            user=args.gate_user,
-            password=os.environ.get(GATE_PASSWORD_ENV, ""),
-            database=args.gate_database,
-            poll_seconds=0.5,
-        )
+    gate = client_from_arguments(args, str(name), os.environ, poll_seconds=0.5)
     state = {"last_snapshot_id": None, "max_value": -1, "batches": 0, "failed_commits": 0, "failures": []}
     status = args.status_file.open("a", buffering=1)
 

@@ -18,9 +18,7 @@ import sys
 from datetime import date, datetime, timezone
 
 from iceberg_call import TableName, with_secret_conf
-from write_gate import WriteGateClient
-
-GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
+from write_gate import add_gate_arguments, client_from_arguments
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -43,10 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows-per-file", type=int, default=20)
     parser.add_argument("--delete-commits", type=int, default=4)
     parser.add_argument("--deletes-per-commit", type=int, default=5)
-    parser.add_argument("--gate-host", default="127.0.0.1")
-    parser.add_argument("--gate-port", type=int, default=3306)
-    parser.add_argument("--gate-user", default="root")
-    parser.add_argument("--gate-database", default=None, help="gate database; omit to write ungated")
+    add_gate_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -60,16 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     builder = SparkSession.builder.appName(f"small-files-writer-{name}").config("spark.sql.session.timeZone", "UTC")
     spark = with_secret_conf(builder, os.environ).getOrCreate()
-    gate = None
-    if args.gate_database:
-        gate = WriteGateClient.connect(
-            str(name),
-            host=args.gate_host,
-            port=args.gate_port,
-            user=args.gate_user,
-            password=os.environ.get(GATE_PASSWORD_ENV, ""),
-            database=args.gate_database,
-        )
+    gate = client_from_arguments(args, str(name), os.environ)
     paused_seconds = 0.0
 
     def honour_gate() -> None:

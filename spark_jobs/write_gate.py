@@ -14,10 +14,13 @@ Typical use, before every commit::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+#: The environment variable a writer job reads the gate database's password from (never a command-line flag).
+GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
 
 GATE_TABLE = "iceberg_write_gate"
 AUDIT_TABLE = "iceberg_write_gate_audit"
@@ -213,3 +216,26 @@ class WriteGateClient:
 
     def close(self) -> None:
         self._drop_connection()
+
+
+def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:
+    """Add ``--gate-host``, ``--gate-port``, ``--gate-user`` and ``--gate-database`` to an argparse parser."""
+    parser.add_argument("--gate-host", default="127.0.0.1")
+    parser.add_argument("--gate-port", type=int, default=3306)
+    parser.add_argument("--gate-user", default="root")
+    parser.add_argument("--gate-database", default=None, help=f"the gate's database; {ungated_help}")
+
+
+def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **kwargs: Any) -> WriteGateClient | None:
+    """The gate client that :func:`add_gate_arguments`' options describe, or None if no database was given."""
+    if not args.gate_database:
+        return None
+    return WriteGateClient.connect(
+        table,
+        host=args.gate_host,
+        port=args.gate_port,
+        user=args.gate_user,
+        password=environ.get(GATE_PASSWORD_ENV, ""),
+        database=args.gate_database,
+        **kwargs,
+    )
