@@ -33,18 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-from iceberg_call import TableName, with_secret_conf
+from iceberg_call import TableName, create_streaming_table_statements, with_secret_conf
 from ingest_events import DELETE_AT, DELETE_EVERY
 from write_gate import add_gate_arguments, client_from_arguments
 
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.delete.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.merge.mode": "merge-on-read",
-    "write.distribution-mode": "none",
-    "write.spark.fanout.enabled": "true",
-}
 MAX_COMMIT_ATTEMPTS = 5
 STOP_MARKER = "gated-ingest: stop requested"
 
@@ -92,12 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         .config(f"spark.sql.catalog.{name.catalog}.cache-enabled", "false")
     )
     spark = with_secret_conf(builder, os.environ).getOrCreate()
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{name.catalog}`.`{name.namespace}`")
-    properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-    spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {quoted} (key BIGINT, value BIGINT, payload STRING, ts TIMESTAMP) "
-        f"USING iceberg PARTITIONED BY (bucket(4, key)) TBLPROPERTIES ({properties})"
-    )
+    columns = "key BIGINT, value BIGINT, payload STRING, ts TIMESTAMP"
+    for statement in create_streaming_table_statements(name, columns, "bucket(4, key)"):
+        spark.sql(statement)
 
     gate = client_from_arguments(args, str(name), os.environ, poll_seconds=0.5)
     state = {"last_snapshot_id": None, "max_value": -1, "batches": 0, "failed_commits": 0, "failures": []}

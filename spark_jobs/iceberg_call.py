@@ -245,6 +245,31 @@ def build_call(
     return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
 
 
+#: Table properties of a table written the way a streaming writer writes: format v2, merge-on-read upserts and
+#: deletes (so position-delete files appear), and one file per task per partition with no shuffle.
+STREAMING_TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+    "write.distribution-mode": "none",
+    "write.spark.fanout.enabled": "true",
+}
+
+
+def create_streaming_table_statements(table: TableName, columns: str, partitioned_by: str) -> list[str]:
+    """``CREATE NAMESPACE`` and ``CREATE TABLE ... IF NOT EXISTS`` for a streaming-written table.
+
+    ``columns`` and ``partitioned_by`` are fixed Spark SQL written by the calling job, never user input.
+    """
+    properties = ", ".join(f"'{k}' = '{v}'" for k, v in STREAMING_TABLE_PROPERTIES.items())
+    return [
+        f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`",
+        f"CREATE TABLE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`.`{table.table}` ({columns}) "
+        f"USING iceberg PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({properties})",
+    ]
+
+
 def with_secret_conf(builder, environ: Mapping[str, str]):
     """``builder`` (a ``SparkSession.Builder``) with the secret settings from :data:`SECRET_CONF_ENV` applied."""
     for key, value in json.loads(environ.get(SECRET_CONF_ENV) or "{}").items():

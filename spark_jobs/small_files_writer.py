@@ -17,18 +17,8 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-from iceberg_call import TableName, with_secret_conf
+from iceberg_call import TableName, create_streaming_table_statements, with_secret_conf
 from write_gate import add_gate_arguments, client_from_arguments
-
-TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.delete.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.merge.mode": "merge-on-read",
-    # One file per task per partition, with no shuffle: the small files a streaming writer leaves.
-    "write.distribution-mode": "none",
-    "write.spark.fanout.enabled": "true",
-}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,12 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             paused_seconds += gate.wait_until_open()
 
     try:
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{name.catalog}`.`{name.namespace}`")
-        properties = ", ".join(f"'{k}' = '{v}'" for k, v in TABLE_PROPERTIES.items())
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {quoted} (id BIGINT, ts TIMESTAMP, payload STRING) USING iceberg "
-            f"PARTITIONED BY (days(ts)) TBLPROPERTIES ({properties})"
-        )
+        for statement in create_streaming_table_statements(name, "id BIGINT, ts TIMESTAMP, payload STRING", "days(ts)"):
+            spark.sql(statement)
         first_id = (spark.table(quoted).agg(F.max("id")).first()[0] or -1) + 1
         end = datetime(args.end_day.year, args.end_day.month, args.end_day.day, tzinfo=timezone.utc)
         end_epoch = int(end.timestamp())

@@ -10,6 +10,7 @@ from spark_jobs.iceberg_call import (
     InvalidCallError,
     TableName,
     build_call,
+    create_streaming_table_statements,
     format_result_line,
     normalize_options,
     parse_result_line,
@@ -165,3 +166,13 @@ def test_bad_procedure_arguments_are_refused_by_name(procedure, arguments, messa
 def test_only_rewrites_take_a_where_predicate():
     with pytest.raises(InvalidCallError, match="expire_snapshots takes no where predicate"):
         build_call("expire_snapshots", EVENTS, where="ts > '2026-01-01'")
+
+
+def test_streaming_table_is_created_v2_merge_on_read_in_its_namespace():
+    namespace, table = create_streaming_table_statements(EVENTS, "id BIGINT, ts TIMESTAMP", "days(ts)")
+    assert namespace == "CREATE NAMESPACE IF NOT EXISTS `lake`.`demo`"
+    assert table.startswith(
+        "CREATE TABLE IF NOT EXISTS `lake`.`demo`.`events` (id BIGINT, ts TIMESTAMP) USING iceberg "
+        "PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read'"
+    )
+    assert "'write.distribution-mode' = 'none'" in table
