@@ -1,30 +1,36 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
 # make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it
+# make unit   the fast tests only (no servers); make docs  refresh the generated blocks in docs/
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
+# The demo writers' spark-submit output goes to files under build/, not the console.
+QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit lint bench clean
+.PHONY: setup demo test unit lint bench docs clean
 
 setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	@$(ENV) $(PY) -m airflow_iceberg.demo
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.demo
 
 bench: setup
-	@$(ENV) $(PY) -m airflow_iceberg.bench
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench
 
 test: setup lint
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs dags tests
-	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs dags tests
+	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests
+	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests
 
 unit: setup
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+docs: setup
+	@$(ENV) $(PY) -m devkit.docs
 
 clean:
 	rm -rf build .venv

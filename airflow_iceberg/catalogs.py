@@ -15,8 +15,9 @@ Supported catalog types (pyiceberg name -> Iceberg Spark catalog):
 - ``glue`` -> ``catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog`` with ``S3FileIO``
 
 Secrets (passwords, REST credentials and tokens, S3 and AWS keys) never become Spark confs on a command line:
-they travel to the Spark job in one environment variable (:data:`~spark_jobs.iceberg_call.SECRET_CONF_ENV`)
-that the job applies when it builds its session, or as the AWS SDK's own environment variables.
+they travel to the Spark job in one environment variable
+(:data:`~airflow_iceberg.spark_jobs.iceberg_call.SECRET_CONF_ENV`) that the job applies when it builds its
+session, or as the AWS SDK's own environment variables.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from sqlalchemy.engine import make_url
 
-from spark_jobs.iceberg_call import SECRET_CONF_ENV
+from airflow_iceberg.spark_jobs.iceberg_call import SECRET_CONF_ENV
 
 #: Spark settings every Iceberg procedure call needs.
 ICEBERG_SPARK_CONF = {

@@ -1,8 +1,11 @@
 """The table list: which Iceberg tables get a compaction DAG, and with which settings.
 
-Read from ``dags/iceberg_tables.yaml`` or the file named by ``AIRFLOW_ICEBERG_CONFIG``. Each entry under
-``tables`` is validated on its own, after the ``defaults`` block is merged under it, so one bad entry is
-reported by its position, table name and field while every other table still gets its DAG.
+Read from the file named by ``AIRFLOW_ICEBERG_CONFIG``, or else ``iceberg_tables.yaml`` in Airflow's DAG
+folder (``[core] dags_folder``). Each entry under ``tables`` is validated on its own, after the ``defaults``
+block is merged under it, so one bad entry is reported by its position, table name and field while every
+other table still gets its DAG.
+
+The models here are the one place where settings get their defaults: operators take explicit values.
 """
 
 from __future__ import annotations
@@ -14,15 +17,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import conf
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
+from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "dags" / "iceberg_tables.yaml"
+TABLE_LIST_FILE = "iceberg_tables.yaml"
+#: Settings renamed since an earlier release: old name -> new name.
+RENAMED_SETTINGS = {"poke_seconds": "poke_interval"}
 
 
 class IcebergConfigError(ValueError):
@@ -143,11 +161,22 @@ class TableCareConfig(BaseModel):
     )
     retain_last: int = Field(default=10, gt=0, description="Keep at least this many snapshots")
     checkpoint_marker: str = Field(
-        default="flink.max-committed-checkpoint-id",
+        default=FLINK_CHECKPOINT_MARKER,
         description="Snapshot-summary key of the streaming writer's checkpoint; its newest snapshot is kept",
     )
     remove_orphan_files: bool = True
     orphan_older_than_hours: float = Field(default=72.0, gt=0, description="Remove orphans older than this")
+
+
+def _table_name(value: Any) -> TableName:
+    try:
+        return TableName.of(value)
+    except InvalidCallError as error:
+        raise ValueError(str(error)) from None
+
+
+#: A table name as the config holds it: parsed once from ``catalog.namespace.table``, written back as text.
+TableNameField = Annotated[TableName, BeforeValidator(_table_name), PlainSerializer(str, return_type=str)]
 
 
 class TableConfig(BaseModel):
@@ -155,30 +184,33 @@ class TableConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    table: str = Field(description="catalog.namespace.table")
+    table: TableNameField = Field(description="catalog.namespace.table")
     schedule: str | None = Field(default=None, description="Cron expression or preset; None for manual runs")
     idle_seconds: int = Field(default=300, ge=0, description="Quiet time required after the gate closes")
     lease_seconds: int = Field(default=3600, gt=0, description="Longest the gate stays closed if a run dies")
-    poke_seconds: int = Field(default=10, gt=0, description="Pause between checks for a quiet writer")
+    poke_interval: float = Field(
+        default=10, gt=0, description="Seconds between looks: for an idle writer, and at a gate another run holds"
+    )
     gate_wait_seconds: int = Field(default=900, ge=0, description="How long close_gate waits for a held gate")
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
     where: str | None = Field(default=None, description="Templated Spark SQL predicate for recent partitions")
     rewrite_data_files: dict[str, Any] = Field(default_factory=dict, description="Options by Iceberg's names")
     rewrite_position_delete_files: dict[str, Any] = Field(default_factory=dict)
-    spark_conn_id: str = "spark_default"
+    spark_conn_id: str = SparkSubmitHook.default_conn_name
     iceberg_conn_id: str | None = Field(default=None, description="Defaults to the catalog's name")
-    write_gate_conn_id: str = "write_gate_default"
+    write_gate_conn_id: str = WriteGateHook.default_conn_name
     spark: SparkSettings = Field(default_factory=SparkSettings)
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
     table_care: TableCareConfig = Field(default_factory=TableCareConfig)
 
-    @field_validator("table")
+    @model_validator(mode="before")
     @classmethod
-    def _table_name(cls, value: str) -> str:
-        try:
-            return str(TableName.parse(value))
-        except InvalidCallError as error:
-            raise ValueError(str(error)) from None
+    def _renamed(cls, values: Any) -> Any:
+        if isinstance(values, Mapping):
+            for old, new in RENAMED_SETTINGS.items():
+                if old in values:
+                    raise ValueError(f"setting {old!r} is now called {new!r}")
+        return values
 
     @field_validator("rewrite_data_files", "rewrite_position_delete_files")
     @classmethod
@@ -197,8 +229,6 @@ class TableConfig(BaseModel):
                 f"lease_seconds ({self.lease_seconds}) must be more than twice idle_seconds "
                 f"({self.idle_seconds}), so the writer can go quiet and the rewrites finish within the lease"
             )
-        from airflow_iceberg.operators.table_care import ORPHAN_MARGIN, minimum_orphan_age
-
         care = self.table_care
         minimum_hours = minimum_orphan_age(self.lease_seconds).total_seconds() / 3600
         if care.remove_orphan_files and care.orphan_older_than_hours < minimum_hours:
@@ -211,12 +241,8 @@ class TableConfig(BaseModel):
         return self
 
     @property
-    def name(self) -> TableName:
-        return TableName.parse(self.table)
-
-    @property
     def catalog_conn_id(self) -> str:
-        return self.iceberg_conn_id or self.name.catalog
+        return self.iceberg_conn_id or self.table.catalog
 
 
 @dataclass(frozen=True)
@@ -247,8 +273,11 @@ def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, A
 
 
 def config_path() -> Path:
-    """The table list in use: ``$AIRFLOW_ICEBERG_CONFIG`` if set, else ``dags/iceberg_tables.yaml``."""
-    return Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    """The table list in use: ``$AIRFLOW_ICEBERG_CONFIG`` if set, else ``iceberg_tables.yaml`` in the DAG folder."""
+    explicit = os.environ.get(CONFIG_ENV)
+    if explicit:
+        return Path(explicit)
+    return Path(conf.get("core", "dags_folder")).expanduser() / TABLE_LIST_FILE
 
 
 def load_table_list(path: Path | None = None) -> TableList:
@@ -269,7 +298,7 @@ def load_table_list(path: Path | None = None) -> TableList:
 
     tables: list[TableConfig] = []
     errors: list[str] = []
-    seen: set[str] = set()
+    seen: set[TableName] = set()
     for index, entry in enumerate(document["tables"]):
         label = f"{path.name}: tables[{index}]"
         if not isinstance(entry, Mapping):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pendulum
@@ -11,49 +10,24 @@ from airflow.sdk import DAG, chain
 
 from airflow_iceberg.config import TableConfig, TableList, load_table_list
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
-from airflow_iceberg.operators.run_params import CheckRunParamsOperator
+from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
 from airflow_iceberg.operators.table_care import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
-from airflow_iceberg.run_params import run_params
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
-from spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
-DAGS_FOLDER = Path(__file__).resolve().parent.parent / "dags"
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 REWRITE_PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 
-def compaction_dag_id(table: str) -> str:
-    """``iceberg_compact__<catalog>__<namespace>__<table>`` for ``table`` = ``catalog.namespace.table``."""
-    name = TableName.parse(table)
-    return f"iceberg_compact__{name.catalog}__{name.namespace}__{name.table}"
+def compaction_dag_id(table: TableName) -> str:
+    """``iceberg_compact__<catalog>__<namespace>__<table>``."""
+    return f"iceberg_compact__{table.catalog}__{table.namespace}__{table.table}"
 
 
-def full_rewrite_dag_id(table: str) -> str:
+def full_rewrite_dag_id(table: TableName) -> str:
     """``iceberg_full_rewrite__<catalog>__<namespace>__<table>``."""
-    name = TableName.parse(table)
-    return f"iceberg_full_rewrite__{name.catalog}__{name.namespace}__{name.table}"
-
-
-def load_dag(dag_id: str, dag_folder: Path = DAGS_FOLDER) -> DAG:
-    """DAG ``dag_id`` as Airflow parses it from ``dag_folder`` with the table list in use.
-
-    ``dag.test()`` runs only DAGs it can find in a DAG bundle, so tests and benchmarks take them from here.
-    """
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(dag_folder))
-    if bag.import_errors:
-        raise RuntimeError(f"the DAG folder has import errors: {bag.import_errors}")
-    dag = bag.get_dag(dag_id)
-    if dag is None:
-        raise LookupError(f"no DAG {dag_id} in {dag_folder}")
-    return dag
-
-
-def load_compaction_dag(table: str, dag_folder: Path = DAGS_FOLDER) -> DAG:
-    """The compaction DAG of ``table``, as :func:`load_dag` finds it."""
-    return load_dag(compaction_dag_id(table), dag_folder)
+    return f"iceberg_full_rewrite__{table.catalog}__{table.namespace}__{table.table}"
 
 
 def _spark_args(config: TableConfig) -> dict[str, Any]:
@@ -77,7 +51,7 @@ def _gated_rewrites(
     rewrites: list[tuple[str, dict[str, Any], str | None]],
     dry_run_filter: str | None,
 ):
-    """check_run_params >> close_gate >> wait_until_writer_idle >> <rewrites, in order> >> open_gate, in ``dag``.
+    """check_run_params >> close_gate >> wait_until_snapshot_idle >> <rewrites, in order> >> open_gate, in ``dag``.
 
     ``check_run_params`` validates a manual run's Params before the gate closes, and ends a dry run there.
 
@@ -99,11 +73,12 @@ def _gated_rewrites(
         dag=dag,
         table=config.table,
         lease_seconds=config.lease_seconds,
+        gate_wait_seconds=config.gate_wait_seconds,
+        poke_interval=config.poke_interval,
         write_gate_conn_id=config.write_gate_conn_id,
-        wait_for_gate_seconds=config.gate_wait_seconds,
     )
     wait = SnapshotIdleSensor(
-        task_id="wait_until_writer_idle",
+        task_id="wait_until_snapshot_idle",
         dag=dag,
         table=config.table,
         idle_seconds=config.idle_seconds,
@@ -111,7 +86,7 @@ def _gated_rewrites(
         write_gate_conn_id=config.write_gate_conn_id,
         deferrable=config.deferrable,
         mode="poke" if config.deferrable else "reschedule",
-        poke_interval=config.poke_seconds,
+        poke_interval=config.poke_interval,
         timeout=config.lease_seconds // 2,
     )
     tasks = [
@@ -141,11 +116,11 @@ def _gated_rewrites(
 def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
     # Built without `with DAG(...)`, which would auto-register the DAG in whatever module imports this; the
     # DAG file that exports these DAGs puts them in its globals itself.
-    return DAG(dag_id=dag_id, max_active_runs=1, tags=["iceberg", config.name.catalog], params=run_params(), **kwargs)
+    return DAG(dag_id=dag_id, max_active_runs=1, tags=["iceberg", config.table.catalog], params=run_params(), **kwargs)
 
 
 def build_compaction_dag(config: TableConfig) -> DAG:
-    """close_gate >> wait_until_writer_idle >> rewrite_data_files >> rewrite_position_delete_files >> open_gate."""
+    """close_gate >> wait_until_snapshot_idle >> rewrite_data_files >> rewrite_position_delete_files >> open_gate."""
     dag = _dag(
         compaction_dag_id(config.table),
         config,

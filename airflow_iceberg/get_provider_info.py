@@ -20,11 +20,21 @@ def get_provider_info() -> dict[str, Any]:
                 "tags": ["software"],
             }
         ],
-        "hooks": [{"integration-name": "Iceberg write gate", "python-modules": ["airflow_iceberg.hooks.write_gate"]}],
+        "hooks": [
+            {
+                "integration-name": "Iceberg write gate",
+                "python-modules": ["airflow_iceberg.hooks.write_gate", "airflow_iceberg.hooks.spark_submit"],
+            }
+        ],
         "operators": [
             {
                 "integration-name": "Iceberg write gate",
-                "python-modules": ["airflow_iceberg.operators.write_gate", "airflow_iceberg.operators.rewrite"],
+                "python-modules": [
+                    "airflow_iceberg.operators.write_gate",
+                    "airflow_iceberg.operators.rewrite",
+                    "airflow_iceberg.operators.table_care",
+                    "airflow_iceberg.operators.run_params",
+                ],
             }
         ],
         "sensors": [

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything `make demo` and `make test` need on a fresh Debian 12 machine, idempotent and quick to re-run:
 #   Debian packages (jarjar, MariaDB JDBC driver), the Airflow and Spark Python environments, the Iceberg jars,
-#   the MySQL databases for the write gate and the Iceberg JDBC catalog, and an Airflow home.
+#   the MySQL databases for the write gate (with its schema migrated) and the Iceberg JDBC catalog, and an
+#   Airflow home.
 # Each step is skipped when its output is already up to date.
 set -euo pipefail
 
@@ -101,6 +102,8 @@ with conn, conn.cursor() as cur:
             raise SystemExit(f"setup: bad database name {name!r}")
         cur.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
 PY
+# The explicit schema step: create or upgrade the gate's tables (the provider's tasks never do).
+"$venvs/airflow/bin/airflow-iceberg" migrate
 
 # --- Airflow home: metadata database ----------------------------------------------------------------------------
 mkdir -p "$AIRFLOW_HOME" "$AIRFLOW_ICEBERG_WAREHOUSE_DIR"

@@ -104,6 +104,11 @@ class TableName:
             )
         return cls(*parts)
 
+    @classmethod
+    def of(cls, value: TableName | str) -> TableName:
+        """``value`` itself if it is a TableName already, else :meth:`parse` of it."""
+        return value if isinstance(value, TableName) else cls.parse(value)
+
     @property
     def in_catalog(self) -> str:
         """The name inside its catalog, ``namespace.table``, as Iceberg procedures and pyiceberg take it."""

@@ -1,8 +1,10 @@
 """The writer's side of the write-gate protocol: may this writer commit to its table now?
 
-Depends on ``pymysql`` alone, so Spark and PyFlink jobs and plain scripts can use it without Airflow. The rule,
-also in ``docs/write-gate-protocol.md``: **a writer pauses iff ``state = 'closed' AND lease_expires_at > NOW()``**,
-evaluated by MySQL's clock, so a gate whose closing DAG crashed stops pausing writers when its lease ends.
+Depends on ``pymysql`` alone, so Spark and PyFlink jobs and plain scripts can use it without Airflow. It is
+installed with the provider as ``airflow_iceberg.spark_jobs.write_gate``; a Spark job ships this one file with
+``--py-files`` and imports it as ``write_gate``. The rule, also in ``docs/write-gate-protocol.md``: **a writer
+pauses iff ``state = 'closed' AND lease_expires_at > NOW()``**, evaluated by MySQL's clock, so a gate whose
+closing DAG crashed stops pausing writers when its lease ends.
 
 Typical use, before every commit::
 
@@ -22,23 +24,23 @@ from typing import Any
 #: The environment variable a writer job reads the gate database's password from (never a command-line flag).
 GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
 
+#: The gate's tables, as ``airflow_iceberg/hooks/write_gate.sql`` defines them (a unit test holds the two together).
 GATE_TABLE = "iceberg_write_gate"
 AUDIT_TABLE = "iceberg_write_gate_audit"
 
 #: The one query a writer runs before each commit. No row for the table means the gate was never closed.
 #: ``lease_seconds_left`` lets a writer keep obeying a pause, by its own monotonic clock, while MySQL is away.
-WRITER_CHECK_SQL = (
-    "SELECT state = 'closed' AND lease_expires_at > NOW(6) AS paused, lease_expires_at,"
-    " TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left"
-    f" FROM {GATE_TABLE} WHERE table_name = %s"
-)
+WRITER_CHECK_SQL = f"""SELECT state = 'closed' AND lease_expires_at > NOW(6) AS paused,
+       lease_expires_at,
+       TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left
+FROM {GATE_TABLE}
+WHERE table_name = %s"""
 
 #: How a paused writer acknowledges: when it paused (database clock) and its last committed snapshot. Only a
 #: gate that still pauses writers takes the acknowledgement.
-WRITER_ACK_SQL = (
-    f"UPDATE {GATE_TABLE} SET writer_ack_at = NOW(6), writer_ack_snapshot_id = %s"
-    " WHERE table_name = %s AND state = 'closed' AND lease_expires_at > NOW(6)"
-)
+WRITER_ACK_SQL = f"""UPDATE {GATE_TABLE}
+SET writer_ack_at = NOW(6), writer_ack_snapshot_id = %s
+WHERE table_name = %s AND state = 'closed' AND lease_expires_at > NOW(6)"""
 
 _NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed
 
@@ -63,7 +65,7 @@ def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
     import pymysql
 
     try:
-        with connection.cursor() as cursor:
+        with connection.cursor(pymysql.cursors.DictCursor) as cursor:
             cursor.execute(WRITER_CHECK_SQL, (table,))
             row = cursor.fetchone()
     except pymysql.err.ProgrammingError as error:
@@ -74,8 +76,9 @@ def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
     connection.commit()  # end the read so the next check sees fresh data under REPEATABLE READ
     if row is None:
         return WriterVerdict(paused=False, lease_expires_at=None), 0.0
-    paused = bool(row[0])
-    return WriterVerdict(paused=paused, lease_expires_at=row[1]), float(row[2] or 0) if paused else 0.0
+    paused = bool(row["paused"])
+    seconds_left = float(row["lease_seconds_left"] or 0) if paused else 0.0
+    return WriterVerdict(paused=paused, lease_expires_at=row["lease_expires_at"]), seconds_left
 
 
 class WriteGateClient:
@@ -87,8 +90,9 @@ class WriteGateClient:
 
     :param table: The table, ``catalog.namespace.table``.
     :param connect: Returns a new pymysql connection to the gate's database; called again after a failure.
-    :param poll_seconds: Pause between checks while the gate is closed.
+    :param poke_interval: Seconds between checks while the gate is closed.
     :param clock: Monotonic clock, in seconds.
+    :param sleep: Waits the given seconds; with ``clock``, replaceable to run the outage rule on a fake clock.
     :param log: Where pause and outage messages go.
     """
 
@@ -97,15 +101,17 @@ class WriteGateClient:
         table: str,
         connect: Callable[[], Any],
         *,
-        poll_seconds: float = 1.0,
+        poke_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
     ) -> None:
         self.table = table
         self._connect = connect
         self._connection: Any = None
-        self.poll_seconds = poll_seconds
+        self.poke_interval = poke_interval
         self._clock = clock
+        self._sleep = sleep
         self._log = log
         self._last = WriterVerdict(paused=False, lease_expires_at=None)
         self._pause_ends_at = 0.0  # by self._clock, for the last verdict read
@@ -208,7 +214,7 @@ class WriteGateClient:
         while verdict.paused:
             if not acknowledged and not verdict.from_cache:
                 acknowledged = self.acknowledge_pause(last_snapshot_id)
-            time.sleep(self.poll_seconds)
+            self._sleep(self.poke_interval)
             verdict = self.verdict()
         waited = self._clock() - started
         self._log(f"write gate of {self.table} open after {waited:.1f} s; resuming commits")

@@ -11,25 +11,22 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Asset, Context
 
-import spark_jobs
+from airflow_iceberg import spark_jobs
 from airflow_iceberg.catalogs import spark_settings_for_connection
-from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.operators.run_params import overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
-from airflow_iceberg.run_params import overrides_from_params
-from airflow_iceberg.spark_output import tap_spark_output
-from airflow_iceberg.writer_idle import WriteGateNotHeldError
-from spark_jobs.iceberg_call import TableName, build_call, normalize_arguments, normalize_options, parse_result_line
+from airflow_iceberg.spark_jobs.iceberg_call import TableName, build_call, normalize_arguments, normalize_options
 
+#: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
-
-
-def table_asset(table: str) -> Asset:
-    """The Airflow Asset standing for an Iceberg table: ``iceberg://<catalog>/<namespace>/<table>``."""
-    name = TableName.parse(table)
-    return Asset(uri=f"iceberg://{name.catalog}/{name.namespace}/{name.table}", name=str(name))
-
-
 RUN_PROCEDURE_JOB = SPARK_JOBS_DIR / "run_procedure.py"
+
+
+def table_asset(table: TableName) -> Asset:
+    """The Airflow Asset standing for an Iceberg table: ``iceberg://<catalog>/<namespace>/<table>``."""
+    return Asset(uri=f"iceberg://{table.catalog}/{table.namespace}/{table.table}", name=str(table))
 
 
 class IcebergRewriteOperator(SparkSubmitOperator):
@@ -38,10 +35,10 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     Built for the rewrites (``rewrite_data_files``, ``rewrite_position_delete_files``); it runs the table-care
     procedures (``rewrite_manifests``, ``expire_snapshots``, ``remove_orphan_files``) the same way.
 
-    The job (``spark_jobs/run_procedure.py``) builds the ``CALL`` from checked parts: the table name must be
-    ``catalog.namespace.table``, option names come from the procedure's known list, and option values and the
-    ``where`` predicate travel as escaped string literals. The same checks run here when the DAG is parsed,
-    so bad input fails before any gate is closed.
+    The job (``run_procedure.py`` in ``airflow_iceberg.spark_jobs``, installed with the provider) builds the
+    ``CALL`` from checked parts: the table name must be ``catalog.namespace.table``, option names come from the
+    procedure's known list, and option values and the ``where`` predicate travel as escaped string literals. The
+    same checks run here when the DAG is parsed, so bad input fails before any gate is closed.
 
     The Spark catalog settings come from the Iceberg connection that the sensor also reads; the catalog's
     secrets go to the job in its environment, never on the command line or into rendered templates. If
@@ -52,7 +49,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     returned, so it lands in XCom. In cluster deploy mode the driver's output stays on the cluster and the
     task returns None.
 
-    :param table: The table, ``catalog.namespace.table``.
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param procedure: ``rewrite_data_files`` or ``rewrite_position_delete_files``.
     :param options: Procedure options by Iceberg's names, e.g. ``{"target-file-size-bytes": 134217728}``.
     :param where: Spark SQL predicate selecting the partitions to rewrite. (templated)
@@ -72,7 +69,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     def __init__(
         self,
         *,
-        table: str,
+        table: TableName | str,
         procedure: str,
         options: Mapping[str, Any] | None = None,
         where: str | None = None,
@@ -82,14 +79,14 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         apply_run_params: bool = False,
         **kwargs: Any,
     ) -> None:
-        name = TableName.parse(table)
+        name = TableName.of(table)
         normalize_options(procedure, options)
         normalize_arguments(procedure, arguments)
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
         kwargs.setdefault("py_files", str(SPARK_JOBS_DIR / "iceberg_call.py"))
         kwargs.setdefault("name", f"iceberg-{procedure}-{name}")
         super().__init__(**kwargs)
-        self.table = table
+        self.table = name
         self.procedure = procedure
         self.options = dict(options or {})
         self.where = where
@@ -97,10 +94,10 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
         self.apply_run_params = apply_run_params
-        self._result: dict[str, Any] | None = None
+        self._result_hook: IcebergSparkSubmitHook | None = None
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        name = TableName.parse(self.table)
+        name = self.table
         options, arguments, where = self.options, self.arguments, self.where
         if self.apply_run_params:
             overrides = overrides_from_params(context["params"])
@@ -109,7 +106,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             where = overrides.where or where
         build_call(self.procedure, name, options, where, arguments)  # checked before Spark starts
         if self.write_gate_conn_id:
-            gate = WriteGateHook(self.write_gate_conn_id).get_state(str(name))
+            gate = WriteGateHook(self.write_gate_conn_id).get_state(name)
             if not gate.held_by(run_owner(context)):
                 raise WriteGateNotHeldError(
                     f"not rewriting {name}: its write gate is not held by this run (state {gate.state!r}, "
@@ -128,20 +125,16 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             self.application_args += ["--where", where]
         if arguments:
             self.application_args += ["--arguments", json.dumps(arguments)]
-        self._result = None
         super().execute(context)
-        if self._result is None:
+        result = self._result_hook.result if self._result_hook else None
+        if result is None:
             self.log.warning("The Spark job reported no result row (cluster deploy mode keeps driver output)")
         else:
-            self.log.info("%s on %s: %s", self.procedure, name, self._result)
+            self.log.info("%s on %s: %s", self.procedure, name, result)
         for outlet in self.outlets:  # the table's asset event carries what this procedure did
-            context["outlet_events"][outlet].extra = {"procedure": self.procedure, **(self._result or {})}
-        return self._result
+            context["outlet_events"][outlet].extra = {"procedure": self.procedure, **(result or {})}
+        return result
 
     def _get_hook(self) -> SparkSubmitHook:
-        return tap_spark_output(super()._get_hook(), self._keep_result)
-
-    def _keep_result(self, line: str) -> None:
-        result = parse_result_line(line)
-        if result is not None:
-            self._result = result
+        self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
+        return self._result_hook

@@ -1,15 +1,183 @@
-"""The first task of every table DAG: check the run's Params before the gate closes; report dry runs."""
+"""Manual runs with their own settings: the trigger form's Params, their checks, and the dry run's plan.
+
+Both DAG kinds declare these Params, each with a JSON schema and a description, so the UI's trigger form shows
+them. ``check_run_params`` (:class:`CheckRunParamsOperator`), the first task of each DAG, validates them with the
+same checks that build the ``CALL`` and fails, naming the parameter, before the gate closes; on a dry run it
+reports what would be rewritten (:func:`plan_rewrite`, from table metadata alone) and skips the rest of the run,
+so the gate is never closed and nothing is committed. The rewrite tasks apply the same Params
+(:func:`overrides_from_params`).
+"""
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.providers.standard.operators.python import ShortCircuitOperator
+from airflow.sdk import Param
 
-from airflow_iceberg.rewrite_plan import plan_rewrite
-from airflow_iceberg.run_params import overrides_from_params
-from spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.iceberg_call import (
+    InvalidCallError,
+    TableName,
+    normalize_arguments,
+    normalize_options,
+)
+
+# Param name -> the rewrite option it sets, in both rewrite procedures.
+_OPTION_PARAMS = {
+    "rewrite_all": "rewrite-all",
+    "target_file_size_bytes": "target-file-size-bytes",
+    "min_input_files": "min-input-files",
+    "partial_progress": "partial-progress.enabled",
+}
+# Param name -> argument of rewrite_data_files.
+_ARGUMENT_PARAMS = ("strategy", "sort_order")
+
+
+def run_params() -> dict[str, Param]:
+    """The Params every table DAG declares. Unset (null) values leave the DAG's configured behaviour."""
+    return {
+        "where": Param(
+            None,
+            type=["null", "string"],
+            description="Spark SQL predicate selecting the partitions to rewrite, e.g. dt >= '20261120'. "
+            "Empty: the DAG's own predicate (recent partitions, or the logical date's partition).",
+        ),
+        "rewrite_all": Param(
+            None, type=["null", "boolean"], description="Rewrite every file, not just small ones (rewrite-all)."
+        ),
+        "target_file_size_bytes": Param(
+            None, type=["null", "integer"], minimum=1, description="Target size of the rewritten files, in bytes."
+        ),
+        "min_input_files": Param(
+            None, type=["null", "integer"], minimum=1, description="Rewrite a file group only from this many files."
+        ),
+        "partial_progress": Param(
+            None, type=["null", "boolean"], description="Commit file groups as they finish (partial-progress)."
+        ),
+        "strategy": Param(
+            "binpack", type="string", enum=["binpack", "sort"], description="binpack, or sort by sort_order."
+        ),
+        "sort_order": Param(
+            None,
+            type=["null", "string"],
+            description="With strategy sort: e.g. 'id DESC NULLS LAST, ts' or 'zorder(a, b)'. Empty: the "
+            "table's own sort order.",
+        ),
+        "dry_run": Param(
+            False,
+            type="boolean",
+            description="Only report what would be rewritten (files and bytes per partition); never close the gate.",
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class RunOverrides:
+    """What a run's Params change: options and arguments per procedure, the predicate, dry run or not."""
+
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    where: str | None = None
+    dry_run: bool = False
+
+
+def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
+    """Validate a run's Params; raise ValueError naming the first bad parameter."""
+    options: dict[str, dict[str, Any]] = defaultdict(dict)
+    arguments: dict[str, dict[str, Any]] = defaultdict(dict)
+    for param, option in _OPTION_PARAMS.items():
+        value = params.get(param)
+        if value is None:
+            continue
+        for procedure in ("rewrite_data_files", "rewrite_position_delete_files"):
+            try:
+                normalize_options(procedure, {option: value})
+            except InvalidCallError as error:
+                raise ValueError(f"param {param!r}: {error}") from None
+            options[procedure][option] = value
+    chosen = {name: params.get(name) for name in _ARGUMENT_PARAMS if params.get(name) is not None}
+    if chosen.get("strategy") == "binpack":
+        chosen.pop("strategy")  # binpack is Iceberg's default; say nothing
+    try:
+        normalize_arguments("rewrite_data_files", chosen)
+    except InvalidCallError as error:
+        bad = next((name for name in _ARGUMENT_PARAMS if repr(name) in str(error)), "strategy")
+        raise ValueError(f"param {bad!r}: {error}") from None
+    arguments["rewrite_data_files"].update(chosen)
+    where = params.get("where")
+    if where is not None and not isinstance(where, str):
+        raise ValueError(f"param 'where' must be a Spark SQL predicate string, got {where!r}")
+    dry_run = params.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ValueError(f"param 'dry_run' must be true or false, got {dry_run!r}")
+    return RunOverrides(options=dict(options), arguments=dict(arguments), where=where or None, dry_run=dry_run)
+
+
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
+DEFAULT_MIN_INPUT_FILES = 5
+MAX_FILE_GROUP_SIZE = 100 * 1024**3  # Iceberg's max-file-group-size-bytes default
+
+
+def plan_rewrite(
+    iceberg_conn_id: str,
+    table: TableName,
+    row_filter: str | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """Per partition: the data files, bytes and delete files a binpack ``rewrite_data_files`` would take.
+
+    An estimate of Iceberg's selection: files under 75 % of the target size or carrying deletes are
+    candidates, and a partition is rewritten when it has ``min-input-files`` of them (any number with
+    ``rewrite-all``). ``row_filter`` is tried as a pyiceberg filter; if pyiceberg cannot read it, every
+    partition is listed and ``row_filter_applied`` says so.
+    """
+    iceberg_table = IcebergHook(iceberg_conn_id).load_table(table.in_catalog)
+    target = int(options.get("target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+    min_input_files = int(options.get("min-input-files", DEFAULT_MIN_INPUT_FILES))
+    rewrite_all = str(options.get("rewrite-all", "false")).lower() == "true"
+    applied = bool(row_filter)
+    try:
+        tasks = list(iceberg_table.scan(row_filter=row_filter).plan_files()) if row_filter else None
+    except Exception:  # not a predicate pyiceberg can parse: list every partition instead
+        tasks, applied = None, False
+    if tasks is None:
+        tasks = list(iceberg_table.scan().plan_files())
+    partitions: dict[str, dict[str, Any]] = defaultdict(lambda: {"data_files": 0, "bytes": 0, "delete_files": set()})
+    for task in tasks:
+        has_deletes = bool(task.delete_files)
+        if not (rewrite_all or has_deletes or task.file.file_size_in_bytes < 0.75 * target):
+            continue
+        entry = partitions[repr(task.file.partition)]
+        entry["data_files"] += 1
+        entry["bytes"] += task.file.file_size_in_bytes
+        entry["delete_files"].update(d.file_path for d in task.delete_files)
+    report = []
+    for partition, entry in sorted(partitions.items()):
+        if not rewrite_all and entry["data_files"] < min_input_files:
+            continue
+        report.append(
+            {
+                "partition": partition,
+                "data_files": entry["data_files"],
+                "bytes": entry["bytes"],
+                "delete_files": len(entry["delete_files"]),
+                "file_groups": math.ceil(entry["bytes"] / MAX_FILE_GROUP_SIZE) or 1,
+            }
+        )
+    return {
+        "table": str(table),
+        "row_filter": row_filter,
+        "row_filter_applied": applied,
+        "partitions": report,
+        "data_files": sum(p["data_files"] for p in report),
+        "bytes": sum(p["bytes"] for p in report),
+        "file_groups": sum(p["file_groups"] for p in report),
+    }
 
 
 class CheckRunParamsOperator(ShortCircuitOperator):
@@ -19,7 +187,7 @@ class CheckRunParamsOperator(ShortCircuitOperator):
     plan (files, bytes and file groups per partition, from table metadata) to XCom under ``plan`` and
     skips every downstream task, teardown included: no gate is closed and nothing is committed.
 
-    :param table: The table, ``catalog.namespace.table``.
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog.
     :param options: The DAG's own ``rewrite_data_files`` options, which the Params override.
     :param dry_run_filter: pyiceberg row filter for the DAG's own partitions, used when the run gives no
@@ -31,15 +199,14 @@ class CheckRunParamsOperator(ShortCircuitOperator):
     def __init__(
         self,
         *,
-        table: str,
+        table: TableName | str,
         iceberg_conn_id: str,
         options: Mapping[str, Any] | None = None,
         dry_run_filter: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(python_callable=self._check, ignore_downstream_trigger_rules=True, **kwargs)
-        TableName.parse(table)
-        self.table = table
+        self.table = TableName.of(table)
         self.iceberg_conn_id = iceberg_conn_id
         self.options = dict(options or {})
         self.dry_run_filter = dry_run_filter

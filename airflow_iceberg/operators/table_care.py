@@ -9,7 +9,6 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import Context
 
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
-from spark_jobs.iceberg_call import TableName
 
 #: Flink's Iceberg sink records its last committed checkpoint in this snapshot-summary key. On restore it
 #: walks back from the current snapshot to find it; if that snapshot was expired, it commits the data again.
@@ -51,15 +50,16 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
 
     :param older_than_hours: Expire snapshots older than this, counted back from the current snapshot.
     :param retain_last: Keep at least this many of the newest snapshots.
-    :param checkpoint_marker: Snapshot-summary key a streaming writer sets at each commit.
+    :param checkpoint_marker: Snapshot-summary key a streaming writer sets at each commit, e.g.
+        :data:`FLINK_CHECKPOINT_MARKER`.
     """
 
     def __init__(
         self,
         *,
-        older_than_hours: float = 24.0,
-        retain_last: int = 1,
-        checkpoint_marker: str = FLINK_CHECKPOINT_MARKER,
+        older_than_hours: float,
+        retain_last: int,
+        checkpoint_marker: str,
         **kwargs: Any,
     ) -> None:
         if older_than_hours < 0:
@@ -72,7 +72,7 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
         self.checkpoint_marker = checkpoint_marker
 
     def execute(self, context: Context) -> dict[str, Any] | None:
-        metadata = IcebergHook(self.iceberg_conn_id).load_table(TableName.parse(self.table).in_catalog).metadata
+        metadata = IcebergHook(self.iceberg_conn_id).load_table(self.table.in_catalog).metadata
         current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
         if current is None:
             self.log.info("%s has no snapshot: nothing to expire", self.table)

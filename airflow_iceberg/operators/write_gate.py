@@ -9,7 +9,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHeldError, WriteGateHook, check_lease_seconds
-from spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
 def run_owner(context: Context) -> GateOwner:
@@ -22,17 +22,17 @@ class CloseWriteGateOperator(BaseOperator):
 
     Writers pause while the gate is closed and its lease has not ended. Closing succeeds if the gate is open,
     its lease has expired, or this run already holds it (a retry renews the lease). If another run holds it,
-    the task waits up to ``wait_for_gate_seconds`` for it, then fails having changed nothing. Pushes the
+    the task waits up to ``gate_wait_seconds`` for it, then fails having changed nothing. Pushes the
     close time and lease end (database clock) to XCom.
 
-    :param table: The table, ``catalog.namespace.table``.
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param lease_seconds: How long the gate may stay closed if this run never opens it: writers resume when
         the lease ends even if the run crashed. Make it longer than the writer's idle wait plus the rewrites.
-    :param write_gate_conn_id: Connection of the gate's MySQL database.
-    :param wait_for_gate_seconds: How long to wait for a gate another run holds (the daily full rewrite and
+    :param gate_wait_seconds: How long to wait for a gate another run holds (the daily full rewrite and
         the frequent compaction of a table, or overlapping backfill runs, meet there) before failing; 0 fails
         at once. While waiting, the gate is only read, so the audit trail records real attempts only.
-    :param poll_seconds: Pause between looks at a held gate.
+    :param poke_interval: Seconds between looks at a held gate.
+    :param write_gate_conn_id: Connection of the gate's MySQL database.
     """
 
     template_fields: Sequence[str] = ()
@@ -41,28 +41,29 @@ class CloseWriteGateOperator(BaseOperator):
     def __init__(
         self,
         *,
-        table: str,
-        lease_seconds: int = 3600,
+        table: TableName | str,
+        lease_seconds: int,
+        gate_wait_seconds: int,
+        poke_interval: float,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
-        wait_for_gate_seconds: int = 0,
-        poll_seconds: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        TableName.parse(table)
         check_lease_seconds(lease_seconds)
-        if wait_for_gate_seconds < 0:
-            raise ValueError(f"wait_for_gate_seconds must not be negative, got {wait_for_gate_seconds!r}")
-        self.table = table
+        if gate_wait_seconds < 0:
+            raise ValueError(f"gate_wait_seconds must not be negative, got {gate_wait_seconds!r}")
+        if poke_interval <= 0:
+            raise ValueError(f"poke_interval must be positive, got {poke_interval!r}")
+        self.table = TableName.of(table)
         self.lease_seconds = lease_seconds
+        self.gate_wait_seconds = gate_wait_seconds
+        self.poke_interval = poke_interval
         self.write_gate_conn_id = write_gate_conn_id
-        self.wait_for_gate_seconds = wait_for_gate_seconds
-        self.poll_seconds = poll_seconds
 
     def execute(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
-        deadline = time.monotonic() + self.wait_for_gate_seconds
+        deadline = time.monotonic() + self.gate_wait_seconds
         while True:
             current = hook.get_state(self.table)
             held_by_another = current.pauses_writers and current.owner != owner
@@ -75,9 +76,9 @@ class CloseWriteGateOperator(BaseOperator):
                         raise
             self.log.info("Write gate of %s is held by %s until %s; waiting", self.table, current.owner,
                           current.lease_expires_at)  # fmt: skip
-            time.sleep(self.poll_seconds)
+            time.sleep(self.poke_interval)
         return {
-            "table": self.table,
+            "table": str(self.table),
             "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]
             "lease_expires_at": state.lease_expires_at.isoformat(),  # type: ignore[union-attr]
         }
@@ -90,7 +91,7 @@ class OpenWriteGateOperator(BaseOperator):
     Opening a gate this run does not hold, or one already open, changes nothing and logs why: a run can never
     reopen a gate that another run closed. Pushes whether it opened the gate to XCom.
 
-    :param table: The table, ``catalog.namespace.table``.
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     """
 
@@ -100,16 +101,15 @@ class OpenWriteGateOperator(BaseOperator):
     def __init__(
         self,
         *,
-        table: str,
+        table: TableName | str,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
         trigger_rule: str = TriggerRule.ALL_DONE,
         **kwargs: Any,
     ) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
-        TableName.parse(table)
-        self.table = table
+        self.table = TableName.of(table)
         self.write_gate_conn_id = write_gate_conn_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         opened, state = WriteGateHook(self.write_gate_conn_id).open_gate(self.table, run_owner(context))
-        return {"table": self.table, "opened": opened, "state": state.state}
+        return {"table": str(self.table), "opened": opened, "state": state.state}

@@ -6,28 +6,30 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
 
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner
-from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
-from airflow_iceberg.writer_idle import check_writer_idle
-from spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle
 
 
 class SnapshotIdleSensor(BaseSensorOperator):
-    """Wait until no snapshot has been committed to ``table`` for ``idle_seconds`` while this run holds its gate.
+    """Wait until the table's writer is idle while this run holds its gate.
 
-    The quiet time is counted from the later of the gate's close time and the table's newest snapshot, both
-    against the database clock; snapshots are read with the Iceberg provider's ``IcebergHook`` (pyiceberg, no
-    Spark). It works in ``poke`` and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer. It
+    Idle: the writer acknowledged the pause and nothing newer was committed, or no snapshot has been committed
+    for ``idle_seconds``, counted from the later of the gate's close time and the table's newest snapshot, both
+    against the database clock (the rule is ``decide_idle`` in ``airflow_iceberg.triggers.snapshot_idle``).
+    Snapshots are read with the Iceberg provider's ``IcebergHook`` (pyiceberg, no Spark). It works in ``poke``
+    and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer; ``poke_interval`` paces both. It
     fails at once if this run no longer holds the gate, since the writer may then be committing.
 
-    :param table: The table, ``catalog.namespace.table``.
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param idle_seconds: How long the table must have been quiet.
     :param iceberg_conn_id: Iceberg connection for the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
-    :param deferrable: Wait in the triggerer instead of a worker slot.
+    :param deferrable: Wait in the triggerer instead of a worker slot (default: Airflow's
+        ``[operators] default_deferrable``).
     """
 
     template_fields: Sequence[str] = ()
@@ -35,25 +37,25 @@ class SnapshotIdleSensor(BaseSensorOperator):
     def __init__(
         self,
         *,
-        table: str,
-        idle_seconds: int = 300,
+        table: TableName | str,
+        idle_seconds: int,
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
-        deferrable: bool = False,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        name = TableName.parse(table)
+        name = TableName.of(table)
         if isinstance(idle_seconds, bool) or not isinstance(idle_seconds, int) or idle_seconds < 0:
             raise ValueError(f"idle_seconds must be a non-negative integer, got {idle_seconds!r}")
-        self.table = table
+        self.table = name
         self.idle_seconds = idle_seconds
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
         self.deferrable = deferrable
 
-    def _check(self, context: Context):
-        return check_writer_idle(
+    def _check(self, context: Context) -> IdleCheck:
+        return check_snapshot_idle(
             table=self.table,
             owner=run_owner(context),
             idle_seconds=self.idle_seconds,
@@ -75,13 +77,13 @@ class SnapshotIdleSensor(BaseSensorOperator):
         owner = run_owner(context)
         self.defer(
             trigger=SnapshotIdleTrigger(
-                table=self.table,
+                table=str(self.table),
                 dag_id=owner.dag_id,
                 run_id=owner.run_id,
                 idle_seconds=self.idle_seconds,
                 iceberg_conn_id=self.iceberg_conn_id,
                 write_gate_conn_id=self.write_gate_conn_id,
-                poll_interval=self.poke_interval,
+                poke_interval=self.poke_interval,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout),

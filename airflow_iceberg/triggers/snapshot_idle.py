@@ -1,15 +1,118 @@
-"""Trigger that waits, in the triggerer, until a gated table's writer has gone quiet."""
+"""Has a gated table's writer gone idle? The decision, the look that feeds it, and the trigger that waits for it.
+
+:func:`decide_idle` is the rule, on values alone; :func:`check_snapshot_idle` reads the gate (MySQL) and the
+table's snapshots (pyiceberg, no Spark) and applies it. ``SnapshotIdleSensor`` and :class:`SnapshotIdleTrigger`
+both call it, in a worker and in the triggerer.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from airflow_iceberg.hooks.write_gate import GateOwner
-from airflow_iceberg.writer_idle import check_writer_idle
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table's newest snapshot: its id and commit time."""
+
+    snapshot_id: int
+    committed_at: datetime
+
+
+@dataclass(frozen=True)
+class IdleCheck:
+    """One look at the gate and the table's snapshots, and what it decided."""
+
+    done: bool
+    quiet_seconds: float
+    idle_seconds: int
+    gate_closed_at: datetime
+    newest_snapshot_id: int | None
+    newest_snapshot_at: datetime | None
+    #: The writer acknowledged this closing and no snapshot is newer than the one it acknowledged.
+    acknowledged: bool = False
+
+    def as_xcom(self) -> dict[str, Any]:
+        return {
+            "done_by": "writer acknowledgement" if self.acknowledged else "idle window",
+            "quiet_seconds": round(self.quiet_seconds, 3),
+            "idle_seconds": self.idle_seconds,
+            "gate_closed_at": self.gate_closed_at.isoformat(),
+            "newest_snapshot_id": self.newest_snapshot_id,
+            "newest_snapshot_at": self.newest_snapshot_at.isoformat() if self.newest_snapshot_at else None,
+        }
+
+
+def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle_seconds: int) -> IdleCheck:
+    """Whether the writer has gone idle while ``owner`` holds the gate.
+
+    Idle means either: the writer acknowledged this closing of the gate and the table's newest snapshot is the
+    one it acknowledged as its last commit; or, for writers that never acknowledge, no snapshot has been
+    committed for ``idle_seconds``, counted from the later of the gate's close time and the newest snapshot,
+    by the database clock.
+
+    Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate: a writer may be committing.
+    """
+    if not gate.held_by(owner):
+        raise WriteGateNotHeldError(
+            f"the write gate of {gate.table} is not held by {owner} (state {gate.state!r}, owner {gate.owner}, "
+            f"lease until {gate.lease_expires_at}); the writer may be committing, so no rewrite may start"
+        )
+    assert gate.closed_at is not None  # a held gate has a close time
+    quiet_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
+    quiet_seconds = (gate.database_now - quiet_since).total_seconds()
+    newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
+    acknowledged = gate.writer_acknowledged and newest_id == gate.writer_ack_snapshot_id
+    return IdleCheck(
+        done=acknowledged or quiet_seconds >= idle_seconds,
+        acknowledged=acknowledged,
+        quiet_seconds=quiet_seconds,
+        idle_seconds=idle_seconds,
+        gate_closed_at=gate.closed_at,
+        newest_snapshot_id=newest_id,
+        newest_snapshot_at=newest.committed_at if newest else None,
+    )
+
+
+def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
+    """The table's newest snapshot on any branch, read with pyiceberg; None if it has none."""
+    try:
+        metadata = IcebergHook(iceberg_conn_id).load_table(table.in_catalog).metadata
+    except (NoSuchTableError, NoSuchNamespaceError):
+        raise LookupError(
+            f"table {table.in_catalog!r} not found through Iceberg connection {iceberg_conn_id!r}; for a SQL "
+            f"(JDBC) catalog the connection id must equal the Spark catalog name {table.catalog!r}, because "
+            "pyiceberg keys the catalog's rows by the name IcebergHook gives it, which is the connection id"
+        ) from None
+    if not metadata.snapshots:
+        return None
+    newest = max(metadata.snapshots, key=lambda s: s.timestamp_ms)
+    return Snapshot(newest.snapshot_id, datetime.fromtimestamp(newest.timestamp_ms / 1000, tz=timezone.utc))
+
+
+def check_snapshot_idle(
+    *,
+    table: TableName,
+    owner: GateOwner,
+    idle_seconds: int,
+    iceberg_conn_id: str,
+    write_gate_conn_id: str,
+) -> IdleCheck:
+    """Read the gate and the table's newest snapshot, and :func:`decide_idle` on them."""
+    gate = WriteGateHook(write_gate_conn_id).get_state(table)
+    if not gate.held_by(owner):  # decided before the slower catalog read
+        return decide_idle(gate, owner, None, idle_seconds)
+    return decide_idle(gate, owner, newest_snapshot(iceberg_conn_id, table), idle_seconds)
 
 
 class SnapshotIdleTrigger(BaseTrigger):
@@ -24,7 +127,7 @@ class SnapshotIdleTrigger(BaseTrigger):
     :param idle_seconds: How long the table must have been quiet.
     :param iceberg_conn_id: Iceberg connection that reads the table's snapshots.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
-    :param poll_interval: Longest pause between checks, in seconds.
+    :param poke_interval: Longest pause between checks, in seconds.
     """
 
     def __init__(
@@ -36,7 +139,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         idle_seconds: int,
         iceberg_conn_id: str,
         write_gate_conn_id: str,
-        poll_interval: float = 30.0,
+        poke_interval: float,
     ) -> None:
         super().__init__()
         self.table = table
@@ -45,7 +148,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         self.idle_seconds = idle_seconds
         self.iceberg_conn_id = iceberg_conn_id
         self.write_gate_conn_id = write_gate_conn_id
-        self.poll_interval = poll_interval
+        self.poke_interval = poke_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -57,17 +160,18 @@ class SnapshotIdleTrigger(BaseTrigger):
                 "idle_seconds": self.idle_seconds,
                 "iceberg_conn_id": self.iceberg_conn_id,
                 "write_gate_conn_id": self.write_gate_conn_id,
-                "poll_interval": self.poll_interval,
+                "poke_interval": self.poke_interval,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         owner = GateOwner(self.dag_id, self.run_id)
+        table = TableName.parse(self.table)
         while True:
             try:
                 check = await asyncio.to_thread(
-                    check_writer_idle,
-                    table=self.table,
+                    check_snapshot_idle,
+                    table=table,
                     owner=owner,
                     idle_seconds=self.idle_seconds,
                     iceberg_conn_id=self.iceberg_conn_id,
@@ -80,5 +184,5 @@ class SnapshotIdleTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})
                 return
             self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, check.idle_seconds)
-            # Wake at the moment the window would end, unless a poll is due sooner.
-            await asyncio.sleep(max(0.5, min(self.poll_interval, check.idle_seconds - check.quiet_seconds)))
+            # Wake at the moment the window would end, unless a poke is due sooner.
+            await asyncio.sleep(max(0.5, min(self.poke_interval, check.idle_seconds - check.quiet_seconds)))

@@ -5,12 +5,12 @@ from __future__ import annotations
 from airflow.sdk import TriggerRule
 
 from airflow_iceberg.config import TableConfig
-from airflow_iceberg.dag_factory import build_compaction_dag
+from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
 
 CHAIN = [
     "check_run_params",
     "close_gate",
-    "wait_until_writer_idle",
+    "wait_until_snapshot_idle",
     "rewrite_data_files",
     "rewrite_position_delete_files",
     "open_gate",
@@ -44,6 +44,8 @@ def test_table_settings_reach_the_tasks():
         schedule="@hourly",
         idle_seconds=90,
         lease_seconds=900,
+        poke_interval=3,
+        gate_wait_seconds=120,
         deferrable=True,
         where="dt >= '{{ ds_nodash }}'",
         rewrite_data_files={"target-file-size-bytes": 134217728},
@@ -52,9 +54,11 @@ def test_table_settings_reach_the_tasks():
         write_gate_conn_id="gate_prod",
         spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"]},
     )
-    close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_writer_idle")
+    close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_snapshot_idle")
     rewrite = dag.get_task("rewrite_data_files")
     assert close.lease_seconds == 900 and close.write_gate_conn_id == "gate_prod"
+    assert (close.gate_wait_seconds, close.poke_interval) == (120, 3)
+    assert wait.poke_interval == 3
     assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
     assert wait.timeout == 450  # half the lease, leaving the rest for the rewrites
     assert rewrite.options == {"target-file-size-bytes": 134217728}
@@ -66,14 +70,39 @@ def test_table_settings_reach_the_tasks():
     assert dag.schedule == "@hourly"
 
 
+def test_the_table_name_is_parsed_once_and_every_task_holds_that_value():
+    config = TableConfig.model_validate({"table": "lake.sales.orders"})
+    for dag in (build_compaction_dag(config), build_full_rewrite_dag(config)):
+        assert {id(task.table) for task in dag.tasks} == {id(config.table)}  # the very object, not a re-parse
+
+
+def test_what_an_entry_leaves_unset_reaches_the_tasks_as_the_configs_default():
+    config = TableConfig.model_validate({"table": "lake.sales.orders"})
+    dag = build_full_rewrite_dag(config)
+    close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_snapshot_idle")
+    assert (close.lease_seconds, close.gate_wait_seconds, close.poke_interval) == (
+        config.lease_seconds,
+        config.gate_wait_seconds,
+        config.poke_interval,
+    )
+    assert (wait.idle_seconds, wait.poke_interval) == (config.idle_seconds, config.poke_interval)
+    expire = dag.get_task("expire_snapshots")
+    care = config.table_care
+    assert (expire.older_than_hours, expire.retain_last, expire.checkpoint_marker) == (
+        care.expire_older_than_hours,
+        care.retain_last,
+        care.checkpoint_marker,
+    )
+    assert expire.retain_last == 10  # the one default, written once, in the config
+    assert dag.get_task("remove_orphan_files").older_than_hours == care.orphan_older_than_hours
+
+
 def test_sensor_reschedules_unless_deferrable():
-    assert make_dag().get_task("wait_until_writer_idle").mode == "reschedule"
-    assert make_dag(deferrable=True).get_task("wait_until_writer_idle").mode == "poke"
+    assert make_dag().get_task("wait_until_snapshot_idle").mode == "reschedule"
+    assert make_dag(deferrable=True).get_task("wait_until_snapshot_idle").mode == "poke"
 
 
 def make_full_rewrite_dag(**settings):
-    from airflow_iceberg.dag_factory import build_full_rewrite_dag
-
     return build_full_rewrite_dag(TableConfig.model_validate({"table": "lake.sales.orders", **settings}))
 
 

@@ -1,10 +1,12 @@
-"""Integration set-up: these tests run runs against the machine's real MySQL, local Spark and real Iceberg tables.
+"""Integration set-up: these tests run against the machine's real MySQL, local Spark and real Iceberg tables.
 
-Run it with ``make test``, which builds the environments and exports what ``scripts/env.sh`` sets. Nothing
-here skips: a missing server or tool fails the run with a message that says what is missing.
+Run them with ``make test``, which builds the environments and exports what ``scripts/env.sh`` sets. Nothing
+here skips: a missing server or tool fails the run with a message that says what is missing. Every test under
+this folder carries the ``integration`` marker.
 
 The suite uses databases of its own (``airflow_iceberg_test_gate`` and ``airflow_iceberg_test_catalog``,
-recreated per session) and a warehouse in a temporary directory, so it never touches the demo's data.
+recreated per session, the gate's schema migrated as ``make setup`` does) and a warehouse under ``build/``, so
+it never touches the demo's data.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import pymysql
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 GATE_DB = "airflow_iceberg_test_gate"
 CATALOG_DB = "airflow_iceberg_test_catalog"
 JARS = (
@@ -28,6 +31,12 @@ JARS = (
     "iceberg-shaded-jackson.jar",
     "mariadb-java-client.jar",
 )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.integration)
 
 
 def _require_environment() -> None:
@@ -91,6 +100,9 @@ def integration_stack() -> None:
          "schema": GATE_DB}
     )  # fmt: skip
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+    WriteGateHook().migrate()  # the explicit schema step, as `make setup` takes it for the demo's database
 
 
 def suite_defaults() -> dict[str, Any]:
@@ -98,7 +110,7 @@ def suite_defaults() -> dict[str, Any]:
     jars = [str(Path(os.environ["AIRFLOW_ICEBERG_JARS"]) / jar) for jar in JARS]
     return {
         "idle_seconds": 2,
-        "poke_seconds": 1,
+        "poke_interval": 1,
         "lease_seconds": 600,
         "spark": {"jars": jars, "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
     }
@@ -121,14 +133,16 @@ def compaction_dag(table_list_file: Path):
     ``dag.test()`` re-parses the DAG folder, so the DAG it runs is the one ``dags/iceberg_compaction.py``
     builds from the table list, exactly as in a deployment.
     """
-    from airflow_iceberg.dag_factory import load_compaction_dag
+    from airflow_iceberg.spark_jobs.iceberg_call import TableName
+    from devkit.dag_runs import load_compaction_dag
 
-    def add(table: str, **settings: Any):
+    def add(table: TableName | str, **settings: Any):
+        name = TableName.of(table)
         document = yaml.safe_load(table_list_file.read_text())
-        document["tables"] = [t for t in document["tables"] if t["table"] != table]
-        document["tables"].append({"table": table, **settings})
+        document["tables"] = [t for t in document["tables"] if t["table"] != str(name)]
+        document["tables"].append({"table": str(name), **settings})
         table_list_file.write_text(yaml.safe_dump(document))
-        return load_compaction_dag(table)
+        return load_compaction_dag(name)
 
     return add
 
@@ -138,10 +152,24 @@ def table_config():
     """A validated :class:`TableConfig` for a test table, with the suite's defaults."""
     from airflow_iceberg.config import TableConfig
 
-    def build(table: str, **settings: Any) -> TableConfig:
+    def build(table: Any, **settings: Any) -> TableConfig:
         return TableConfig.model_validate({**suite_defaults(), "table": table, **settings})
 
     return build
+
+
+@pytest.fixture
+def gate_hook():
+    """The gate hook on the suite's gate database (connection ``write_gate_default``)."""
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+    return WriteGateHook()
+
+
+@pytest.fixture
+def gate_table(unique_name: str) -> str:
+    """A table name of this test's own, so its gate starts open and its audit trail empty."""
+    return f"lake.gate.{unique_name}"
 
 
 @pytest.fixture

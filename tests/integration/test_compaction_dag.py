@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.demo import TableStats
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.writers import write_small_files
+from devkit.tables import TableStats
+from devkit.writers import write_small_files
 
 WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
 
@@ -25,12 +25,13 @@ def asset_events(table: str) -> list[dict]:
     from sqlalchemy import select
 
     from airflow_iceberg.operators.rewrite import table_asset
+    from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
     with create_session() as session:
         query = (
             select(AssetEvent.extra)
             .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
-            .where(AssetModel.uri == table_asset(table).uri)
+            .where(AssetModel.uri == table_asset(TableName.parse(table)).uri)
             .order_by(AssetEvent.id)
         )
         return list(session.scalars(query))
@@ -143,7 +144,7 @@ def test_a_rewrite_refuses_to_start_when_its_run_no_longer_holds_the_gate(untouc
     snapshots_before = snapshot_ids(table)
     dag = compaction_dag(table)
     # Simulate the lease ending mid-run: someone opens the gate before the rewrite starts.
-    wait = dag.get_task("wait_until_writer_idle")
+    wait = dag.get_task("wait_until_snapshot_idle")
     original_poke = wait.poke
 
     def poke_then_lose_the_gate(context):

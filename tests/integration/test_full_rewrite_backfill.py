@@ -24,10 +24,12 @@ import pytest
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.dag_factory import DAGS_FOLDER, full_rewrite_dag_id
-from airflow_iceberg.writers import write_small_files
+from airflow_iceberg.dag_factory import full_rewrite_dag_id
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.writers import write_small_files
 
 META_DB = "airflow_iceberg_test_scheduler"
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 
 
@@ -167,13 +169,13 @@ def test_backfilling_three_days_rewrites_exactly_those_partitions(
     settings = {
         "table": table,
         "idle_seconds": 2,
-        "poke_seconds": 1,
+        "poke_interval": 1,
         "full_rewrite": {"start_date": days[0].isoformat(), "partition": {"column": "ts", "transform": "day"}},
     }
     document = yaml.safe_load(scheduler_table_list.read_text())
     document["tables"].append(settings)
     scheduler_table_list.write_text(yaml.safe_dump(document))
-    dag_id = full_rewrite_dag_id(table)
+    dag_id = full_rewrite_dag_id(TableName.parse(table))
 
     live_airflow.start()
     live_airflow.wait_for(

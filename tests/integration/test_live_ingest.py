@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.demo import TableStats
-from airflow_iceberg.live_ingest import measure
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
-from airflow_iceberg.spark_output import tap_spark_output
-from airflow_iceberg.writers import IngestJob, spark_job_hook
-from spark_jobs.ingest_events import expected_rows
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.live_ingest import measure
+from devkit.tables import TableStats
+from devkit.writer_jobs.ingest_events import expected_rows
+from devkit.writers import IngestJob, spark_job_hook
 
 TRIGGER_SECONDS = 3.0
 
@@ -37,7 +36,7 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
     try:
         job.wait_for_batches(3)
         # idle_seconds of half an hour: only the writer's acknowledgement can end the wait in time.
-        dag = compaction_dag(table, idle_seconds=1800, lease_seconds=4000, poke_seconds=1)
+        dag = compaction_dag(table, idle_seconds=1800, lease_seconds=4000, poke_interval=1)
         for number in range(3):
             if number == 1:  # a restart from the streaming checkpoint between compactions
                 finals.append(job.stop())
@@ -48,9 +47,10 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
             if number == 2:
                 files_after_last_compaction = TableStats.read("lake", table).data_files
             job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
-            figures.append(measure(run, table, job))
+            figures.append(measure(run, TableName.parse(table), job))
     finally:
         finals.append(job.stop())
+    assert job.processes_left() == [], "the writer's Spark processes outlived it"
 
     # Both sides: no failed commit. Every compaction task succeeded at its first try.
     assert [f["failed_commits"] for f in finals] == [0, 0], [f["failures"] for f in finals]
@@ -85,9 +85,10 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
                 ["--procedure", "rewrite_data_files", "--options", json.dumps({"rewrite-all": "true"})],
                 name=f"ungated-rewrite-{table}",
                 gated=False,
+                on_line=output.append,
             )
             try:
-                tap_spark_output(hook, output.append).submit(str(RUN_PROCEDURE_JOB))
+                hook.submit(str(RUN_PROCEDURE_JOB))
             except AirflowException:
                 compaction_conflicts += [line for line in output if "ValidationException" in line]
             writer_conflicts = [
@@ -97,15 +98,6 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
                 break
     finally:
         final = job.stop()
+    assert job.processes_left() == [], "the writer's Spark processes outlived it"
     writer_conflicts = [failure for failure in final["failures"] if "ValidationException" in failure]
     assert compaction_conflicts or writer_conflicts, "no ValidationException on either side without the gate"
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_spark(request):
-    """Each test ends the Spark processes it started."""
-    yield
-    import subprocess
-
-    left = subprocess.run(["pgrep", "-f", "gated_ingest.py"], capture_output=True, text=True).stdout.split()
-    assert not left, f"Spark ingest processes left running: {left}"

@@ -11,8 +11,8 @@ from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 from sqlalchemy import select
 
-from airflow_iceberg.demo import TableStats
-from airflow_iceberg.writers import write_small_files
+from devkit.tables import TableStats
+from devkit.writers import write_small_files
 
 USER = "airflow_iceberg_test_catalog_user"
 PASSWORD = "Kq7-catalog-secret-91x"

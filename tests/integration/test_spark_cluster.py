@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg.demo import TableStats
-from airflow_iceberg.writers import write_small_files
+from devkit.tables import TableStats
+from devkit.writers import write_small_files
 
 WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
 
@@ -43,14 +43,28 @@ def start(command: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def stop(process: subprocess.Popen) -> None:
+def group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(process: subprocess.Popen) -> list[str]:
+    """End the daemon's process group (a worker's executors with it); name the group if any of it outlives that."""
+    group = process.pid
     if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
+        os.killpg(group, signal.SIGTERM)
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
             process.wait(10)
+    deadline = time.monotonic() + 30
+    while group_alive(group) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [f"process group {group} ({' '.join(process.args[1:2])})"] if group_alive(group) else []
 
 
 @pytest.fixture
@@ -89,10 +103,8 @@ def standalone_cluster(tmp_path: Path, monkeypatch) -> Iterator[StandaloneCluste
         )
         yield cluster
     finally:
-        stop(worker)
-        stop(master)
-    left = subprocess.run(["pgrep", "-f", f"127.0.0.1 --port {port}"], capture_output=True, text=True).stdout
-    assert not left.strip(), f"Spark master processes left running: {left}"
+        left = stop(worker) + stop(master)
+    assert not left, f"processes of the cluster this test started are still running: {left}"
 
 
 def test_compaction_runs_on_the_standalone_cluster_with_the_local_result(

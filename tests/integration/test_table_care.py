@@ -15,10 +15,12 @@ import pyarrow as pa
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.dag_factory import full_rewrite_dag_id, load_dag
+from airflow_iceberg.dag_factory import full_rewrite_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
-from spark_jobs.write_gate import WriteGateClient
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
+from devkit.dag_runs import load_dag
 
 
 class MarkerWriter(threading.Thread):
@@ -33,7 +35,7 @@ class MarkerWriter(threading.Thread):
         connection = WriteGateHook.get_connection("write_gate_default")
         self.gate = WriteGateClient.connect(
             table, host=connection.host, port=connection.port, user=connection.login,
-            password=connection.password or "", database=connection.schema, poll_seconds=0.1, log=lambda m: None,
+            password=connection.password or "", database=connection.schema, poke_interval=0.1, log=lambda m: None,
         )  # fmt: skip
 
     def commit(self) -> None:
@@ -82,13 +84,13 @@ def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapsh
     compaction_dag(
         table,
         idle_seconds=2,
-        poke_seconds=1,
+        poke_interval=1,
         table_care={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24},
     )
     small_files = data_file_paths(table)
     assert len(small_files) >= 3
 
-    run = load_dag(full_rewrite_dag_id(table)).test()
+    run = load_dag(full_rewrite_dag_id(TableName.parse(table))).test()
     writer.join(60)
 
     assert writer.error is None and not writer.is_alive()

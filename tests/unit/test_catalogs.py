@@ -9,7 +9,7 @@ import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings, spark_settings_for_connection
-from spark_jobs.iceberg_call import SECRET_CONF_ENV
+from airflow_iceberg.spark_jobs.iceberg_call import SECRET_CONF_ENV
 
 CATALOGS = {
     "sql": (

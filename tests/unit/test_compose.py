@@ -27,6 +27,7 @@ AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-proce
 def test_the_services_the_dags_need_are_there_and_report_their_health():
     needed = {"postgres", "mysql", "spark-master", "spark-worker", "airflow-init", *AIRFLOW_SERVICES}
     assert needed <= set(SERVICES)
+    assert "airflow-iceberg migrate" in " ".join(SERVICES["airflow-init"]["command"])  # the gate's schema step
     for name in needed - {"airflow-init"}:
         assert "healthcheck" in SERVICES[name], f"{name} has no health check"
     assert "warehouse:/warehouse" in SERVICES["spark-worker"]["volumes"]

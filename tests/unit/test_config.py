@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg.config import IcebergConfigError, TableConfig, load_table_list
+from airflow_iceberg.config import IcebergConfigError, TableConfig, config_path, load_table_list
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -56,7 +57,7 @@ def test_bad_entry_is_named_by_position_table_and_field_and_the_others_stay_vali
             """,
         )
     )
-    assert [t.table for t in tables.tables] == ["lake.db.good"]
+    assert [t.table for t in tables.tables] == [TableName("lake", "db", "good")]
     assert len(tables.errors) == 2
     assert "tables[1] (lake.db.bad)" in tables.errors[0]
     assert "field 'idle_seconds'" in tables.errors[0]
@@ -130,3 +131,26 @@ def test_orphan_removal_window_shorter_than_the_lease_plus_margin_is_refused_in_
     TableConfig(table="lake.db.a", lease_seconds=106200, table_care={"orphan_older_than_hours": 31})
     with pytest.raises(ValueError, match=r"Iceberg's own 24 hours: 24.00 hours"):
         TableConfig(table="lake.db.a", lease_seconds=3600, table_care={"orphan_older_than_hours": 12})
+
+
+def test_the_table_list_is_the_one_airflow_iceberg_config_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(tmp_path / "mine.yaml"))
+    assert config_path() == tmp_path / "mine.yaml"
+
+
+def test_without_airflow_iceberg_config_the_table_list_is_in_airflows_dag_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_ICEBERG_CONFIG", raising=False)
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_FOLDER", str(tmp_path / "dags"))
+    assert config_path() == tmp_path / "dags" / "iceberg_tables.yaml"
+
+
+def test_the_table_is_parsed_once_into_its_parts_and_written_back_as_text():
+    config = TableConfig(table="lake.db.a")
+    assert config.table == TableName("lake", "db", "a") and config.catalog_conn_id == "lake"
+    assert config.model_dump()["table"] == "lake.db.a"
+    assert TableConfig.model_validate(config.model_dump()) == config
+
+
+def test_a_renamed_setting_is_named_with_its_new_name(tmp_path):
+    tables = load_table_list(write(tmp_path, "tables: [{table: lake.db.a, poke_seconds: 5}]"))
+    assert "setting 'poke_seconds' is now called 'poke_interval'" in tables.errors[0]

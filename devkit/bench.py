@@ -21,14 +21,16 @@ import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.config import load_table_list
-from airflow_iceberg.dag_factory import load_compaction_dag
-from airflow_iceberg.demo import DEMO_TABLE, TableStats, drop_table
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.live_ingest import CompactionFigures, measure
-from airflow_iceberg.writers import IngestJob
-from spark_jobs.ingest_events import expected_rows
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.dag_runs import load_compaction_dag
+from devkit.demo import DEMO_TABLE
+from devkit.live_ingest import CompactionFigures, measure
+from devkit.tables import TableStats, drop_table
+from devkit.writer_jobs.ingest_events import expected_rows
+from devkit.writers import IngestJob
 
-BENCH_TABLE = "lake.bench.live_events"
+BENCH_TABLE = TableName("lake", "bench", "live_events")
 RUNS = 3
 COLUMNS = (
     ("run", 4),
@@ -59,10 +61,10 @@ def main() -> int:
     demo = next(t for t in load_table_list().tables if t.table == DEMO_TABLE)
     settings = {
         **demo.model_dump(exclude={"table", "where", "schedule"}),
-        "table": BENCH_TABLE,
+        "table": str(BENCH_TABLE),
         "idle_seconds": 1800,
         "lease_seconds": 4000,
-        "poke_seconds": 1,
+        "poke_interval": 1,
     }
     work = Path(tempfile.mkdtemp(prefix="airflow-iceberg-bench-"))
     table_list = work / "iceberg_tables.yaml"
@@ -90,7 +92,7 @@ def main() -> int:
     for number, run_figures in enumerate(figures, start=1):
         print(_row(number, run_figures))
     stats = TableStats.read(config.catalog_conn_id, BENCH_TABLE)
-    arrow = IcebergHook(config.catalog_conn_id).load_table("bench.live_events").scan().to_arrow()
+    arrow = IcebergHook(config.catalog_conn_id).load_table(BENCH_TABLE.in_catalog).scan().to_arrow()
     actual = dict(
         zip(
             arrow["key"].to_pylist(),

@@ -6,7 +6,7 @@ import pytest
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
-from airflow_iceberg.run_params import overrides_from_params, run_params
+from airflow_iceberg.operators.run_params import overrides_from_params, run_params
 
 DEFAULTS = {name: param.value for name, param in run_params().items()}
 

@@ -1,30 +1,35 @@
-"""Run the project's own Spark writers from Python: the demo, the tests and the benchmark use them.
+"""Run the reference writers (``devkit/writer_jobs``) in Spark from Python: the demo, tests and benchmark use them.
 
-- :func:`write_small_files` runs ``spark_jobs/small_files_writer.py`` once: a table full of small files.
-- :class:`IngestJob` runs ``spark_jobs/gated_ingest.py`` in the background: a live streaming writer that
-  honours the gate (or, for a control experiment, ignores it).
+- :func:`write_small_files` runs ``small_files_writer.py`` once: a table full of small files.
+- :class:`IngestJob` runs ``gated_ingest.py`` in the background: a live streaming writer that honours the gate
+  (or, for a control experiment, ignores it).
 
-Both reach Spark, the catalog and the gate through the same Airflow connections the DAGs use.
+Both reach Spark, the catalog and the gate through the same Airflow connections the DAGs use, and run with the
+installed provider's Spark helpers (``iceberg_call.py``, ``write_gate.py``) beside them.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+import psutil
 
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
-from airflow_iceberg.spark_output import tap_spark_output
-from spark_jobs.write_gate import GATE_PASSWORD_ENV
+from airflow_iceberg.spark_jobs.write_gate import GATE_PASSWORD_ENV
+
+WRITER_JOBS_DIR = Path(__file__).resolve().parent / "writer_jobs"
+#: The writers' spark-submit output is logged under airflow.task.hooks.<this>.
+LOGGER_NAME = "devkit.writers"
 
 
 def spark_job_hook(
@@ -34,13 +39,15 @@ def spark_job_hook(
     name: str,
     gated: bool = True,
     log_file: Path | None = None,
-) -> SparkSubmitHook:
-    """A SparkSubmitHook for one of ``spark_jobs``' jobs on ``config.table`` (``--table`` comes first).
+    on_line: Callable[[str], None] | None = None,
+) -> IcebergSparkSubmitHook:
+    """A hook that submits a writer job (or the provider's procedure job) on ``config.table``, ``--table`` first.
 
     With ``gated``, the writer gets the gate's database from ``config.write_gate_conn_id`` (its password in
-    the environment). With ``log_file``, spark-submit's output goes there instead of the Airflow log.
+    the environment). With ``log_file``, spark-submit's output is also appended there, and ``on_line`` is
+    called with each line of it.
     """
-    table = config.name
+    table = config.table
     catalog = spark_settings_for_connection(table.catalog, config.catalog_conn_id)
     env = catalog.job_env
     args = ["--table", str(table)]
@@ -53,23 +60,40 @@ def spark_job_hook(
             "--gate-database", gate.schema,
         ]  # fmt: skip
         env[GATE_PASSWORD_ENV] = gate.password or ""
-    hook = SparkSubmitHook(
+    helpers = [
+        SPARK_JOBS_DIR / "iceberg_call.py",
+        SPARK_JOBS_DIR / "write_gate.py",
+        WRITER_JOBS_DIR / "ingest_events.py",
+    ]
+    sinks = [on_line] if on_line is not None else []
+    if log_file is not None:
+        sinks.append(_appender(log_file))
+
+    def each_line(line: str) -> None:
+        for sink in sinks:
+            sink(line)
+
+    return IcebergSparkSubmitHook(
         conn_id=config.spark_conn_id,
         conf={**catalog.conf, **config.spark.conf, "spark.sql.session.timeZone": "UTC"},
         jars=",".join(config.spark.jars) or None,
         packages=",".join(config.spark.packages) or None,
-        py_files=",".join(str(SPARK_JOBS_DIR / m) for m in ("iceberg_call.py", "write_gate.py", "ingest_events.py")),
+        py_files=",".join(str(path) for path in helpers),
         name=name,
         application_args=args + application_args,
         env_vars=env or None,
+        on_line=each_line,
+        # `make demo` and `make bench` quiet this namespace on the console ([logging] namespace_levels).
+        logger_name=LOGGER_NAME,
     )
-    if log_file is not None:
-        file_logger = logging.getLogger(f"airflow_iceberg.writers.{name}")
-        file_logger.propagate = False
-        file_logger.handlers = [logging.FileHandler(log_file, mode="a")]
-        file_logger.setLevel(logging.INFO)
-        hook._log = file_logger  # LoggingMixin.log returns this logger
-    return hook
+
+
+def _appender(path: Path) -> Callable[[str], None]:
+    def append(line: str) -> None:
+        with path.open("a") as log:
+            log.write(line + "\n")
+
+    return append
 
 
 def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | None = None) -> dict[str, Any]:
@@ -84,15 +108,24 @@ def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | N
         if line.startswith('{"table"'):
             summary.update(json.loads(line))
 
-    hook = spark_job_hook(config, list(writer_args), name=f"small-files-writer-{config.table}", log_file=log_file)
-    tap_spark_output(hook, keep_summary).submit(str(SPARK_JOBS_DIR / "small_files_writer.py"))
+    hook = spark_job_hook(
+        config, list(writer_args), name=f"small-files-writer-{config.table}", log_file=log_file, on_line=keep_summary
+    )
+    hook.submit(str(WRITER_JOBS_DIR / "small_files_writer.py"))
     if not summary:
         raise RuntimeError(f"the small-files writer for {config.table} printed no summary")
     return summary
 
 
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 class IngestJob:
-    """The reference streaming writer, ``spark_jobs/gated_ingest.py``, running in the background.
+    """The reference streaming writer, ``devkit/writer_jobs/gated_ingest.py``, running in the background.
 
     :param config: The table and how to reach Spark, the catalog and the gate.
     :param workdir: Holds the streaming checkpoint, the status file and the log; keep it to restart.
@@ -121,8 +154,9 @@ class IngestJob:
         self.status_file = workdir / "status.jsonl"
         self.stop_file = workdir / "stop"
         self._thread: threading.Thread | None = None
-        self._hook: SparkSubmitHook | None = None
+        self._hook: IcebergSparkSubmitHook | None = None
         self._error: BaseException | None = None
+        self._processes: dict[int, tuple[psutil.Process, str]] = {}  # pid -> (process, its name)
         self.output: list[str] = []
 
     def start(self) -> IngestJob:
@@ -143,13 +177,14 @@ class IngestJob:
             name=f"gated-ingest-{self.config.table}",
             gated=self.gated,
             log_file=self.workdir / "spark-submit.log",
+            on_line=self.output.append,
         )
-        self._hook = tap_spark_output(hook, self.output.append)
+        self._hook = hook
         self._error = None
 
         def run() -> None:
             try:
-                hook.submit(str(SPARK_JOBS_DIR / "gated_ingest.py"))
+                hook.submit(str(WRITER_JOBS_DIR / "gated_ingest.py"))
             except BaseException as error:  # reported by stop() and batches()
                 self._error = error
 
@@ -175,13 +210,37 @@ class IngestJob:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{count} batches not committed within {timeout} s")
             time.sleep(0.2)
+        self._note_processes()
         return batches
+
+    def _note_processes(self) -> None:
+        """Remember this job's processes: spark-submit's JVM, the Python driver and whatever they started.
+
+        They are this process's descendants whose command line names this job's own status file.
+        """
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if str(self.status_file) in " ".join(child.cmdline()):
+                    for process in [child, *child.children(recursive=True)]:
+                        self._processes.setdefault(process.pid, (process, process.name()))
+            except psutil.NoSuchProcess:
+                continue
+
+    def processes_left(self, timeout: float = 60.0) -> list[str]:
+        """This job's processes still running after up to ``timeout`` seconds of waiting for them to end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [f"pid {process.pid}: {name}" for process, name in self._processes.values() if _running(process)]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
 
     def stop(self, timeout: float = 120.0) -> dict[str, Any]:
         """Stop the writer between batches and return its final summary.
 
         The summary's ``exit_error`` is None when spark-submit exited cleanly, else what went wrong.
         """
+        self._note_processes()
         self.stop_file.touch()
         assert self._thread is not None, "the ingest job was never started"
         self._thread.join(timeout)

@@ -1,75 +1,24 @@
-"""The demo behind ``make demo``: fill a table with small files, compact it with its DAG, show before/after.
-
-Also :class:`TableStats`, a table's file and row counts read with pyiceberg, which the tests share.
-"""
+"""The demo behind ``make demo``: fill a table with small files, compact it with its DAG, show before/after."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlparse
-
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-from pyiceberg.exceptions import NoSuchTableError
 
 from airflow_iceberg.config import load_table_list
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.writers import write_small_files
-from spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.tables import TableStats, drop_table
+from devkit.writers import write_small_files
 
-DEMO_TABLE = "lake.demo.events"
-_DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """A table's live files and rows in its current snapshot, read with pyiceberg."""
-
-    snapshot_id: int | None
-    data_files: int
-    position_delete_files: int
-    equality_delete_files: int
-    rows: int
-
-    @property
-    def delete_files(self) -> int:
-        return self.position_delete_files + self.equality_delete_files
-
-    @classmethod
-    def read(cls, iceberg_conn_id: str, table: str) -> TableStats:
-        iceberg_table = IcebergHook(iceberg_conn_id).load_table(TableName.parse(table).in_catalog)
-        contents = iceberg_table.inspect.files().column("content").to_pylist()
-        snapshot = iceberg_table.current_snapshot()
-        return cls(
-            snapshot_id=snapshot.snapshot_id if snapshot else None,
-            data_files=contents.count(_DATA),
-            position_delete_files=contents.count(_POSITION_DELETES),
-            equality_delete_files=contents.count(_EQUALITY_DELETES),
-            # A scan applies the position deletes, so this is the row count a reader sees.
-            rows=iceberg_table.scan(selected_fields=(iceberg_table.schema().fields[0].name,)).to_arrow().num_rows,
-        )
-
-
-def drop_table(iceberg_conn_id: str, table: str) -> None:
-    """Drop ``table`` from its catalog and delete its local files, if it exists."""
-    catalog = IcebergHook(iceberg_conn_id).catalog
-    identifier = TableName.parse(table).in_catalog
-    try:
-        location = catalog.load_table(identifier).metadata.location
-    except NoSuchTableError:
-        return
-    catalog.drop_table(identifier)
-    if urlparse(location).scheme in ("", "file"):
-        shutil.rmtree(urlparse(location).path, ignore_errors=True)
+DEMO_TABLE = TableName("lake", "demo", "events")
 
 
 def _airflow(*args: str) -> subprocess.CompletedProcess[str]:
@@ -77,7 +26,7 @@ def _airflow(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(airflow), *args], capture_output=True, text=True, check=False)
 
 
-def _gate_closed_seconds(write_gate_conn_id: str, table: str, dag_id: str, run_id: str) -> float | None:
+def _gate_closed_seconds(write_gate_conn_id: str, table: TableName, dag_id: str, run_id: str) -> float | None:
     trail = [r for r in WriteGateHook(write_gate_conn_id).audit_trail(table) if r["owner_run_id"] == run_id]
     closed = next((r["at"] for r in trail if r["action"] == "close" and r["owner_dag_id"] == dag_id), None)
     opened = next((r["at"] for r in trail if r["action"] == "open" and r["owner_dag_id"] == dag_id), None)

@@ -1,11 +1,69 @@
-"""Where the rewrite runs is set by the Spark connection and the table's spark settings, never by code."""
+"""The rewrite operator: arguments checked at construction, the job it submits, and where it runs.
+
+Where the rewrite runs is set by the Spark connection and the table's spark settings, never by code.
+"""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
+from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName
+
+
+def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_module():
+    op = IcebergRewriteOperator(
+        task_id="rewrite_data_files",
+        table="lake.demo.events",
+        procedure="rewrite_data_files",
+        options={"min-input-files": 5},
+        where="ts >= '{{ ds }}'",
+    )
+    import airflow_iceberg.spark_jobs
+
+    assert SPARK_JOBS_DIR.samefile(airflow_iceberg.spark_jobs.__path__[0])
+    assert op.application == str(RUN_PROCEDURE_JOB) and RUN_PROCEDURE_JOB.is_file()
+    assert op.py_files == str(SPARK_JOBS_DIR / "iceberg_call.py")
+    assert op.name == "iceberg-rewrite_data_files-lake.demo.events"
+    assert op.table == TableName("lake", "demo", "events")
+    assert op.iceberg_conn_id == "lake"  # the catalog's name by default
+    assert "where" in op.template_fields
+    assert set(IcebergRewriteOperator.template_fields) >= {"application", "conf", "jars", "where"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"table": "demo.events"}, "'demo.events' is not 'catalog.namespace.table'"),
+        ({"procedure": "drop_table"}, "'drop_table' is not supported"),
+        ({"options": {"rewrite-all": "maybe"}}, "option 'rewrite-all' must be a boolean, got 'maybe'"),
+    ],
+)
+def test_rewrite_operator_refuses_bad_input_at_construction(kwargs, message):
+    arguments = {"table": "lake.demo.events", "procedure": "rewrite_data_files", **kwargs}
+    with pytest.raises(InvalidCallError, match=message):
+        IcebergRewriteOperator(task_id="t", **arguments)
+
+
+def test_the_operators_hook_is_the_result_reading_hook_with_every_argument_the_operator_set():
+    op = IcebergRewriteOperator(
+        task_id="t",
+        table="lake.demo.events",
+        procedure="rewrite_data_files",
+        conf={"spark.sql.shuffle.partitions": "4"},
+        driver_memory="3G",
+        name="compaction-of-events",
+    )
+    hook = op._get_hook()
+    assert isinstance(hook, IcebergSparkSubmitHook) and hook.result is None
+    command = hook._build_spark_submit_command(str(op.application))
+    assert "spark.sql.shuffle.partitions=4" in command
+    assert flag(command, "--driver-memory") == "3G" and flag(command, "--name") == "compaction-of-events"
 
 
 def spark_submit_command(monkeypatch, connection: dict, spark: dict) -> list[str]:

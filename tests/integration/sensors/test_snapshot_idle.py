@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
-from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
-from airflow_iceberg.writer_idle import WriteGateNotHeldError, check_writer_idle
-from spark_jobs.write_gate import WriteGateClient
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
+from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 OWNER = GateOwner("sensor_test", "manual__1")
 NAMESPACE = "sensor"
@@ -38,8 +38,8 @@ def full_name(iceberg_table) -> str:
 
 
 def check(iceberg_table, idle_seconds: int, owner: GateOwner = OWNER):
-    return check_writer_idle(
-        table=full_name(iceberg_table), owner=owner, idle_seconds=idle_seconds,
+    return check_snapshot_idle(
+        table=TableName.parse(full_name(iceberg_table)), owner=owner, idle_seconds=idle_seconds,
         iceberg_conn_id="lake", write_gate_conn_id="write_gate_default",
     )  # fmt: skip
 
@@ -72,8 +72,8 @@ def test_the_check_fails_when_the_run_does_not_hold_the_gate(table):
 def test_a_table_missing_from_the_catalog_is_a_clear_error(unique_name):
     WriteGateHook().close_gate(f"lake.{NAMESPACE}.{unique_name}", OWNER, lease_seconds=600)
     with pytest.raises(LookupError, match="connection id must equal the Spark catalog name 'lake'"):
-        check_writer_idle(
-            table=f"lake.{NAMESPACE}.{unique_name}", owner=OWNER, idle_seconds=0,
+        check_snapshot_idle(
+            table=TableName("lake", NAMESPACE, unique_name), owner=OWNER, idle_seconds=0,
             iceberg_conn_id="lake", write_gate_conn_id="write_gate_default",
         )  # fmt: skip
 
@@ -82,7 +82,7 @@ def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
     WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
     trigger = SnapshotIdleTrigger(
         table=full_name(table), dag_id=OWNER.dag_id, run_id=OWNER.run_id, idle_seconds=2,
-        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default", poll_interval=0.5,
+        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default", poke_interval=0.5,
     )  # fmt: skip
 
     async def first_event():
@@ -96,7 +96,7 @@ def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
 def test_the_trigger_reports_an_error_instead_of_crashing_when_the_gate_is_not_held(table):
     trigger = SnapshotIdleTrigger(
         table=full_name(table), dag_id="nobody", run_id="r", idle_seconds=2,
-        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default",
+        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default", poke_interval=0.5,
     )  # fmt: skip
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=60))
     assert event.payload["status"] == "error"
@@ -109,9 +109,9 @@ def test_sensor_in_a_dag_run_waits_for_the_window_then_the_gate_reopens(table, c
     # The rewrites are marked successful without running: this test is about the wait.
     run = dag.test(mark_success_pattern="rewrite_.*")
     assert run.state == "success"
-    wait = run.get_task_instance("wait_until_writer_idle")
+    wait = run.get_task_instance("wait_until_snapshot_idle")
     assert wait.state == "success"
-    result = wait.xcom_pull(task_ids="wait_until_writer_idle")
+    result = wait.xcom_pull(task_ids="wait_until_snapshot_idle")
     assert result["quiet_seconds"] >= 3
     assert WriteGateHook().get_state(full_name(table)).state == "open"
 

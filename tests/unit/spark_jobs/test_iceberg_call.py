@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from spark_jobs.iceberg_call import (
+from airflow_iceberg.spark_jobs.iceberg_call import (
     InvalidCallError,
     TableName,
     build_call,

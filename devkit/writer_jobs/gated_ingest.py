@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     for statement in create_streaming_table_statements(name, columns, "bucket(4, key)"):
         spark.sql(statement)
 
-    gate = client_from_arguments(args, str(name), os.environ, poll_seconds=0.5)
+    gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
     state = {"last_snapshot_id": None, "max_value": -1, "batches": 0, "failed_commits": 0, "failures": []}
     status = args.status_file.open("a", buffering=1)
 

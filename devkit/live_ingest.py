@@ -14,7 +14,8 @@ from typing import Any
 
 from airflow_iceberg.dag_factory import REWRITE_PROCEDURES
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.writers import IngestJob
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.writers import IngestJob
 
 TARGET_SLACK_SECONDS = 10.0
 
@@ -54,7 +55,7 @@ def commit_interval(batches: list[dict[str, Any]]) -> float:
     return statistics.median(gaps)
 
 
-def measure(run: Any, table: str, job: IngestJob, gate: WriteGateHook | None = None) -> CompactionFigures:
+def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | None = None) -> CompactionFigures:
     """Figures of the finished DAG run ``run`` on ``table`` while ``job`` was writing to it.
 
     Call it once the writer has committed again after the run, so the records the gate held back are counted.
@@ -65,7 +66,7 @@ def measure(run: Any, table: str, job: IngestJob, gate: WriteGateHook | None = N
     opened_at = next(r["at"] for r in trail if r["action"] == "open")
     rewrites = [run.get_task_instance(task_id) for task_id in REWRITE_PROCEDURES]
     rewrite_seconds = sum((ti.end_date - ti.start_date).total_seconds() for ti in rewrites)
-    wait = run.get_task_instance("wait_until_writer_idle")
+    wait = run.get_task_instance("wait_until_snapshot_idle")
     data_result = rewrites[0].xcom_pull(task_ids=REWRITE_PROCEDURES[0]) or {}
     batches = job.batches()
     interval = commit_interval(batches)

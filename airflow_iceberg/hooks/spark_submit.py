@@ -1,0 +1,67 @@
+"""spark-submit for this provider's Spark jobs: the Spark provider's hook, also reading the job's result line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+from airflow_iceberg.spark_jobs.iceberg_call import parse_result_line
+
+
+class IcebergSparkSubmitHook(SparkSubmitHook):
+    """:class:`SparkSubmitHook` that keeps the result row the job prints, and can hand each output line on.
+
+    In local and client deploy modes spark-submit's output includes the driver's stdout, where the jobs in
+    ``airflow_iceberg.spark_jobs`` print their result (``format_result_line``); :attr:`result` holds the last
+    one seen, or None (cluster deploy modes keep the driver's output on the cluster). The hook still processes
+    and logs every line itself (application ids, driver ids, the log tail of a failure).
+
+    :param on_line: Called with each stripped line of spark-submit's output, after the hook has seen it.
+    :param logger_name: Name of the hook's logger under ``airflow.task.hooks``, as for any Airflow hook (the
+        Spark provider's hook does not pass it on).
+    :param kwargs: Passed to :class:`SparkSubmitHook`.
+    """
+
+    def __init__(
+        self,
+        *,
+        on_line: Callable[[str], None] | None = None,
+        logger_name: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._capture(on_line, logger_name)
+
+    def _capture(self, on_line: Callable[[str], None] | None, logger_name: str | None) -> None:
+        self.on_line = on_line
+        self.result: dict[str, Any] | None = None
+        if logger_name is not None:
+            self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
+
+    @classmethod
+    def adopt(cls, hook: SparkSubmitHook) -> IcebergSparkSubmitHook:
+        """``hook``, as built by ``SparkSubmitOperator``, turned into this class in place.
+
+        The operator builds its hook from some thirty of its own attributes, and newer provider versions add
+        more; taking that very hook, rather than building a second one from a copied argument list, keeps
+        every one of them. This class adds behaviour only, so the change of class is safe.
+        """
+        hook.__class__ = cls
+        adopted: IcebergSparkSubmitHook = hook  # type: ignore[assignment]
+        adopted._capture(None, None)
+        return adopted
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        def read(lines: Iterator[Any]) -> Iterator[Any]:
+            for raw in lines:
+                yield raw  # the hook handles the line first, so a failing callback never hides its log
+                line = str(raw).strip()
+                result = parse_result_line(line)
+                if result is not None:
+                    self.result = result
+                if self.on_line is not None:
+                    self.on_line(line)
+
+        super()._process_spark_submit_log(read(itr))

@@ -1,0 +1,43 @@
+-- The write gate's tables, in the MySQL (or MariaDB) database of the `iceberg_write_gate` connection.
+--
+-- `airflow-iceberg migrate` (which `make setup` runs) applies this file: first the statements before the first
+-- version, every time (they are idempotent); then, in order, each version newer than the last one recorded in
+-- iceberg_write_gate_schema, recording each as it completes. A new database goes through every version, so it
+-- ends exactly where an upgraded one does. To change the schema, append a version; never edit a released one.
+-- MySQL commits each DDL statement on its own, so keep a version safe to run again after it stopped half-way.
+-- Statements end with a semicolon at the end of a line. Writers read iceberg_write_gate only.
+
+CREATE TABLE IF NOT EXISTS iceberg_write_gate_schema (
+    version    INT          NOT NULL PRIMARY KEY,
+    summary    VARCHAR(200) NOT NULL,
+    applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 1: one gate row per table, and the audit trail of every close and open
+CREATE TABLE IF NOT EXISTS iceberg_write_gate (
+    table_name       VARCHAR(400) NOT NULL PRIMARY KEY COMMENT 'catalog.namespace.table',
+    state            VARCHAR(8)   NOT NULL DEFAULT 'open',
+    owner_dag_id     VARCHAR(250) NULL COMMENT 'the DAG run holding the gate',
+    owner_run_id     VARCHAR(250) NULL,
+    closed_at        TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'database clock, as every time here',
+    lease_expires_at TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'writers pause while closed and before this',
+    opened_at        TIMESTAMP(6) NULL DEFAULT NULL,
+    CONSTRAINT iceberg_write_gate_state CHECK (state IN ('open', 'closed'))
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+CREATE TABLE IF NOT EXISTS iceberg_write_gate_audit (
+    id               BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    table_name       VARCHAR(400)  NOT NULL,
+    action           VARCHAR(16)   NOT NULL COMMENT 'close, reclose, close_refused, open, open_noop, force_open',
+    owner_dag_id     VARCHAR(250)  NULL COMMENT 'the run that acted; for force_open, the run that held the gate',
+    owner_run_id     VARCHAR(250)  NULL,
+    at               TIMESTAMP(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    lease_expires_at TIMESTAMP(6)  NULL DEFAULT NULL,
+    detail           VARCHAR(1000) NULL,
+    KEY iceberg_write_gate_audit_table_at (table_name, at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 2: a paused writer acknowledges, with its last committed snapshot
+ALTER TABLE iceberg_write_gate
+    ADD COLUMN writer_ack_at TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'when the writer acknowledged the pause',
+    ADD COLUMN writer_ack_snapshot_id BIGINT NULL COMMENT 'the writer''s last committed snapshot at that moment';

@@ -1,0 +1,56 @@
+"""A table's files and rows, read with pyiceberg, and dropping a table: shared by the demo, bench and tests."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+from pyiceberg.exceptions import NoSuchTableError
+
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+
+_DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A table's live files and rows in its current snapshot, read with pyiceberg."""
+
+    snapshot_id: int | None
+    data_files: int
+    position_delete_files: int
+    equality_delete_files: int
+    rows: int
+
+    @property
+    def delete_files(self) -> int:
+        return self.position_delete_files + self.equality_delete_files
+
+    @classmethod
+    def read(cls, iceberg_conn_id: str, table: TableName | str) -> TableStats:
+        iceberg_table = IcebergHook(iceberg_conn_id).load_table(TableName.of(table).in_catalog)
+        contents = iceberg_table.inspect.files().column("content").to_pylist()
+        snapshot = iceberg_table.current_snapshot()
+        return cls(
+            snapshot_id=snapshot.snapshot_id if snapshot else None,
+            data_files=contents.count(_DATA),
+            position_delete_files=contents.count(_POSITION_DELETES),
+            equality_delete_files=contents.count(_EQUALITY_DELETES),
+            # A scan applies the position deletes, so this is the row count a reader sees.
+            rows=iceberg_table.scan(selected_fields=(iceberg_table.schema().fields[0].name,)).to_arrow().num_rows,
+        )
+
+
+def drop_table(iceberg_conn_id: str, table: TableName | str) -> None:
+    """Drop ``table`` from its catalog and delete its local files, if it exists."""
+    catalog = IcebergHook(iceberg_conn_id).catalog
+    identifier = TableName.of(table).in_catalog
+    try:
+        location = catalog.load_table(identifier).metadata.location
+    except NoSuchTableError:
+        return
+    catalog.drop_table(identifier)
+    if urlparse(location).scheme in ("", "file"):
+        shutil.rmtree(urlparse(location).path, ignore_errors=True)

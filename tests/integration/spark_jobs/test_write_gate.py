@@ -1,0 +1,129 @@
+"""The writer's gate client against the machine's real MySQL, as a writer connects to it.
+
+Its rule and outage logic on a fake clock and connection are in ``tests/unit/spark_jobs/test_write_gate.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pymysql
+
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.spark_jobs.write_gate import WriteGateClient, check_gate
+
+RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
+RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")
+
+
+def test_writer_check_reads_a_never_gated_table_as_open(gate_hook, unique_name):
+    with gate_hook.get_conn() as connection:
+        verdict = check_gate(connection, f"lake.never.{unique_name}")
+    assert not verdict.paused and verdict.lease_expires_at is None
+
+
+def test_writer_check_treats_missing_gate_tables_as_open(mysql_server, unique_name):
+    database = f"gate_{unique_name}"
+    with mysql_server.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE `{database}`")
+    try:
+        mysql_server.select_db(database)
+        assert check_gate(mysql_server, "lake.db.t").paused is False
+    finally:
+        with mysql_server.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE `{database}`")
+
+
+def gate_client(gate_hook: WriteGateHook, gate_table: str, **kwargs) -> WriteGateClient:
+    """A writer-side client on the suite's gate database, connected the way a writer connects."""
+    connection = gate_hook.get_connection(gate_hook.write_gate_conn_id)
+    return WriteGateClient.connect(
+        gate_table,
+        host=connection.host,
+        port=connection.port,
+        user=connection.login,
+        password=connection.password or "",
+        database=connection.schema,
+        **kwargs,
+    )
+
+
+def test_writer_client_follows_the_rule_and_its_acknowledgement_is_recorded(gate_hook, gate_table):
+    client = gate_client(gate_hook, gate_table)
+    assert client.may_commit()
+    assert client.acknowledge_pause(41) is False  # nothing to acknowledge while the gate is open
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+    assert not client.may_commit()
+    assert client.acknowledge_pause(42) is True
+    state = gate_hook.get_state(gate_table)
+    assert state.writer_ack_snapshot_id == 42 and state.writer_acknowledged
+    gate_hook.open_gate(gate_table, RUN_A)
+    assert client.may_commit()
+    assert gate_hook.get_state(gate_table).writer_ack_at is None  # opening clears it for the next closing
+
+
+def test_an_acknowledgement_of_an_earlier_closing_does_not_count(gate_hook, gate_table):
+    client = gate_client(gate_hook, gate_table)
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=1)
+    assert client.acknowledge_pause(7)
+    deadline = time.monotonic() + 10
+    while gate_hook.get_state(gate_table).pauses_writers:  # let RUN_A's lease run out without opening
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    state = gate_hook.close_gate(gate_table, RUN_B, lease_seconds=600)
+    assert state.writer_ack_snapshot_id == 7 and not state.writer_acknowledged
+
+
+def test_writer_waits_while_closed_acknowledges_and_resumes_when_opened(gate_hook, gate_table):
+    client = gate_client(gate_hook, gate_table, poke_interval=0.1, log=lambda message: None)
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+    seen_while_paused = []
+
+    def look_then_open():
+        seen_while_paused.append(gate_hook.get_state(gate_table))
+        gate_hook.open_gate(gate_table, RUN_A)
+
+    opener = threading.Timer(1.0, look_then_open)
+    opener.start()
+    waited = client.wait_until_open(last_snapshot_id=99)
+    opener.join()
+    assert waited >= 0.9
+    [paused] = seen_while_paused
+    assert paused.writer_acknowledged and paused.writer_ack_snapshot_id == 99
+    assert [r["action"] for r in gate_hook.audit_trail(gate_table)] == ["close", "open"]
+    assert client.may_commit()
+
+
+def test_during_a_mysql_outage_the_writer_obeys_a_closed_gate_only_until_its_lease_ends(gate_hook, gate_table):
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=2)
+    reachable = {"yes": True}
+    real = gate_client(gate_hook, gate_table)._connect
+
+    def connect_unless_down():
+        if not reachable["yes"]:  # a real refused connection: nothing listens on port 1
+            return pymysql.connect(host="127.0.0.1", port=1, connect_timeout=2)
+        return real()
+
+    client = WriteGateClient(gate_table, connect_unless_down, poke_interval=0.1, log=lambda message: None)
+    assert not client.may_commit()
+    client._drop_connection()
+    reachable["yes"] = False
+    verdict = client.verdict()
+    assert verdict.paused and verdict.from_cache  # still inside the lease: keep pausing
+    started = time.monotonic()
+    waited = client.wait_until_open()
+    assert waited <= 3.0 and time.monotonic() - started <= 3.0  # the lease, not the outage, ends the pause
+    assert client.may_commit() and client.verdict().from_cache
+
+
+def test_during_a_mysql_outage_a_writer_whose_gate_was_open_keeps_committing(gate_hook, gate_table):
+    down = {"yes": False}
+    real = gate_client(gate_hook, gate_table)._connect
+    client = WriteGateClient(
+        gate_table, lambda: pymysql.connect(host="127.0.0.1", port=1) if down["yes"] else real(), log=lambda m: None
+    )
+    assert client.may_commit()
+    client._drop_connection()
+    down["yes"] = True
+    assert client.may_commit()

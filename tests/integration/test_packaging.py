@@ -1,0 +1,132 @@
+"""What ``pip install airflow-iceberg`` gives: the provider and the Spark jobs it submits, and nothing else.
+
+The wheel is built from this repository with ``uv build`` as a release is (the sdist, then the wheel from it, so
+nothing left in a build folder can slip in) and installed alone into a new virtual environment.
+Run from a directory outside the repository, that environment lists the provider and runs a table's compaction
+DAG, from a DAG folder and table list of its own, with the rewrite job the wheel installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.tables import TableStats
+from devkit.writers import write_small_files
+
+ROOT = Path(__file__).resolve().parents[2]
+UV = ROOT / ".venv" / "tools" / "bin" / "uv"
+WORKBENCH = ("devkit/", "tests/", "dags/", "demo.py", "bench.py", "live_ingest.py", "writers.py",
+             "gated_ingest.py", "small_files_writer.py", "ingest_events.py")  # fmt: skip
+
+
+def run(command: list[str | Path], **kwargs) -> str:
+    done = subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=900, **kwargs)
+    assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    run([UV, "build", "--out-dir", out, ROOT])
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    [built] = dist.glob("airflow_iceberg-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new virtual environment holding the wheel and its dependencies alone; returns its ``bin`` folder.
+
+    Dependencies are pinned to the versions ``make setup`` resolved, so uv takes them from its cache.
+    """
+    work = tmp_path_factory.mktemp("installed")
+    pins = run([UV, "pip", "freeze", "--python", sys.executable]).splitlines()
+    constraints = work / "constraints.txt"
+    constraints.write_text("\n".join(p for p in pins if "==" in p and not p.startswith("airflow-iceberg")))
+    run([UV, "venv", "-q", "-p", "python3.11", work / "venv"])
+    python = work / "venv" / "bin" / "python"
+    run([UV, "pip", "install", "-q", "--python", python, "-c", constraints, wheel])
+    return python.parent
+
+
+def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel: Path):
+    names = zipfile.ZipFile(wheel).namelist()
+    for path in (
+        "airflow_iceberg/get_provider_info.py",
+        "airflow_iceberg/hooks/write_gate.py",
+        "airflow_iceberg/hooks/write_gate.sql",
+        "airflow_iceberg/spark_jobs/run_procedure.py",
+        "airflow_iceberg/spark_jobs/iceberg_call.py",
+        "airflow_iceberg/spark_jobs/write_gate.py",
+    ):
+        assert path in names, f"{path} is not in the wheel"
+    workbench = [name for name in names if any(part in name for part in WORKBENCH)]
+    assert workbench == [], f"the wheel carries workbench files: {workbench}"
+    assert all(name.startswith(("airflow_iceberg/", "airflow_iceberg-")) for name in names), names
+    [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "airflow-iceberg = airflow_iceberg.cli:main" in text
+    assert "provider_info = airflow_iceberg.get_provider_info:get_provider_info" in text
+
+
+def test_the_source_distribution_carries_no_workbench_either(dist: Path):
+    [sdist] = dist.glob("airflow_iceberg-*.tar.gz")
+    names = [name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name]
+    assert "spark_jobs/run_procedure.py" in names and "airflow_iceberg/hooks/write_gate.sql" in names
+    assert [name for name in names if any(part in name for part in WORKBENCH)] == []
+
+
+def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_own_package(
+    installed: Path, tmp_path: Path, unique_name: str, table_config, table_list_file: Path
+):
+    table = TableName("lake", "packaged", unique_name)
+    write_small_files(table_config(str(table)), "--days", "1", "--commits", "2", "--files-per-commit", "4")
+    before = TableStats.read("lake", table)
+
+    # A deployment of its own: DAG folder, table list and Airflow home, all outside the repository.
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "iceberg_compaction.py").write_text((ROOT / "dags" / "iceberg_compaction.py").read_text())
+    table_list = tmp_path / "tables.yaml"
+    defaults = yaml.safe_load(table_list_file.read_text())["defaults"]  # the suite's: local Spark, built jars
+    table_list.write_text(yaml.safe_dump({"defaults": defaults, "tables": [{"table": str(table)}]}))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "PYTHONPATH", "VIRTUAL_ENV"))},
+        "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_ICEBERG_CONFIG": str(table_list),
+    }
+    outside = {"env": env, "cwd": tmp_path}
+    site = run([installed / "python", "-c", "import airflow_iceberg, sys; print(airflow_iceberg.__file__)"], **outside)
+    assert site.strip().startswith(str(installed.parent)), site
+    for workbench in ("devkit", "spark_jobs"):
+        probe = subprocess.run([installed / "python", "-c", f"import {workbench}"], capture_output=True, **outside)
+        assert probe.returncode != 0, f"{workbench} is importable from the installed environment"
+
+    assert "airflow-iceberg" in run([installed / "airflow", "providers", "list"], **outside)
+
+    run([installed / "airflow", "db", "migrate"], **outside)
+    log = run([installed / "airflow", "dags", "test", compaction_dag_id(table)], **outside)
+
+    job = installed.parent / "lib" / "python3.11" / "site-packages" / "airflow_iceberg" / "spark_jobs"
+    assert f"{job / 'run_procedure.py'} --table {table} --procedure rewrite_data_files" in log
+    for source in ("spark_jobs", "airflow_iceberg", "devkit"):  # nothing ran from the repository's sources
+        assert f"{ROOT / source}/" not in log
+    after = TableStats.read("lake", table)
+    assert after.rows == before.rows and after.data_files < before.data_files

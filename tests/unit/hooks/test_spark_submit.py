@@ -1,0 +1,64 @@
+"""The Spark hook subclass reads the job's result line from spark-submit's output, and still logs every line.
+
+A stand-in ``spark-submit`` on PATH prints what a job prints, so the hook's own ``submit()`` runs for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from airflow.exceptions import AirflowException
+
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
+from airflow_iceberg.spark_jobs.iceberg_call import format_result_line
+
+
+@pytest.fixture
+def spark_submit(tmp_path: Path, monkeypatch):
+    """Install a stand-in spark-submit that prints ``lines`` and exits with ``status``."""
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+
+    def install(lines: list[str], status: int = 0) -> None:
+        script = tmp_path / "spark-submit"
+        body = "".join(f"printf '%s\\n' {json.dumps(line)}\n" for line in lines)
+        script.write_text(f"#!/bin/sh\n{body}exit {status}\n")
+        script.chmod(script.stat().st_mode | stat.S_IEXEC)
+        monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+
+    return install
+
+
+RESULT = {"rewritten_data_files_count": 36, "added_data_files_count": 2}
+
+
+def test_the_result_line_is_kept_even_with_spark_progress_text_after_it(spark_submit):
+    spark_submit(["Running: CALL ...", format_result_line(RESULT) + "\r[Stage 3:>   (0 + 1) / 1]", "bye"])
+    seen: list[str] = []
+    hook = IcebergSparkSubmitHook(on_line=seen.append, name="t")
+    hook.submit("job.py")
+    assert hook.result == RESULT
+    assert seen[0] == "Running: CALL ..." and seen[-1] == "bye" and len(seen) == 3
+
+
+def test_no_result_line_leaves_the_result_empty(spark_submit):
+    spark_submit(["just logs"])
+    hook = IcebergSparkSubmitHook(name="t")
+    hook.submit("job.py")
+    assert hook.result is None
+
+
+def test_a_failed_job_still_fails_the_hook(spark_submit):
+    spark_submit(["Exception in thread main"], status=3)
+    with pytest.raises(AirflowException, match="Error code is: 3"):
+        IcebergSparkSubmitHook(name="t").submit("job.py")
+
+
+def test_a_logger_name_puts_the_output_under_airflow_task_hooks(spark_submit, capfd):
+    spark_submit(["hello from the job"])
+    IcebergSparkSubmitHook(name="t", logger_name="devkit.test").submit("job.py")
+    logged = [line for line in capfd.readouterr().out.splitlines() if "hello from the job" in line]
+    assert len(logged) == 1 and "[airflow.task.hooks.devkit.test]" in logged[0]

@@ -1,0 +1,39 @@
+"""Table care operators: safety floors checked when the DAG is parsed."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_iceberg.operators.table_care import (
+    FLINK_CHECKPOINT_MARKER,
+    ExpireSnapshotsOperator,
+    RemoveOrphanFilesOperator,
+)
+
+
+def test_orphan_removal_refuses_an_older_than_inside_the_lease_plus_margin():
+    with pytest.raises(ValueError, match=r"older_than_hours=25 is too short: .* lease \(90000 s\) plus a margin"):
+        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=25, lease_seconds=90000)
+    with pytest.raises(ValueError, match=r"older_than_hours=2 is too short: .* Iceberg's own 24 hours"):
+        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=2, lease_seconds=600)
+    ok = RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=26, lease_seconds=90000)
+    assert ok.procedure == "remove_orphan_files"
+
+
+def test_expire_snapshots_takes_its_settings_explicitly():
+    with pytest.raises(TypeError, match="retain_last"):
+        ExpireSnapshotsOperator(task_id="e", table="lake.demo.events", older_than_hours=24)
+    op = ExpireSnapshotsOperator(
+        task_id="e",
+        table="lake.demo.events",
+        older_than_hours=12,
+        retain_last=7,
+        checkpoint_marker=FLINK_CHECKPOINT_MARKER,
+    )
+    assert (op.procedure, op.older_than_hours, op.retain_last) == ("expire_snapshots", 12, 7)
+    assert op.arguments == {"retain_last": 7}
+    with pytest.raises(ValueError, match="older_than_hours must not be negative, got -1"):
+        ExpireSnapshotsOperator(
+            task_id="e", table="lake.demo.events", older_than_hours=-1, retain_last=1,
+            checkpoint_marker=FLINK_CHECKPOINT_MARKER,
+        )  # fmt: skip

@@ -1,0 +1,140 @@
+"""The idle decision on values alone, and the trigger's pacing and events, with a fake look at the table."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateNotHeldError
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.triggers import snapshot_idle
+from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
+
+RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
+CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def gate(seconds_after_close: float, *, owner=RUN, ack_after: float | None = None, ack_snapshot=None) -> GateState:
+    """A gate closed by ``owner`` at CLOSED_AT with an hour's lease, read ``seconds_after_close`` later."""
+    return GateState(
+        table="lake.db.t",
+        state="closed",
+        owner=owner,
+        closed_at=CLOSED_AT,
+        lease_expires_at=CLOSED_AT + timedelta(hours=1),
+        opened_at=None,
+        writer_ack_at=None if ack_after is None else CLOSED_AT + timedelta(seconds=ack_after),
+        writer_ack_snapshot_id=ack_snapshot,
+        database_now=CLOSED_AT + timedelta(seconds=seconds_after_close),
+    )
+
+
+def snapshot(snapshot_id: int, seconds_after_close: float) -> Snapshot:
+    return Snapshot(snapshot_id, CLOSED_AT + timedelta(seconds=seconds_after_close))
+
+
+def test_quiet_time_counts_from_the_close_when_the_newest_snapshot_is_older():
+    check = decide_idle(gate(30), RUN, snapshot(7, -100), idle_seconds=60)
+    assert (check.done, check.quiet_seconds) == (False, 30)
+    assert decide_idle(gate(60), RUN, snapshot(7, -100), idle_seconds=60).done
+
+
+def test_quiet_time_counts_from_a_snapshot_committed_after_the_close():
+    check = decide_idle(gate(30), RUN, snapshot(8, 20), idle_seconds=15)
+    assert (check.done, check.quiet_seconds, check.newest_snapshot_id) == (False, 10, 8)
+    assert decide_idle(gate(35), RUN, snapshot(8, 20), idle_seconds=15).done
+
+
+def test_a_table_without_snapshots_is_quiet_since_the_close():
+    check = decide_idle(gate(5), RUN, None, idle_seconds=5)
+    assert check.done and check.newest_snapshot_id is None and check.newest_snapshot_at is None
+
+
+def test_the_writers_acknowledgement_ends_the_wait_at_once():
+    check = decide_idle(gate(1, ack_after=0.5, ack_snapshot=7), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.acknowledged
+    assert check.as_xcom()["done_by"] == "writer acknowledgement"
+
+
+def test_an_acknowledgement_with_a_newer_snapshot_after_it_falls_back_to_the_window():
+    check = decide_idle(gate(2, ack_after=0.5, ack_snapshot=7), RUN, snapshot(8, 1), idle_seconds=1800)
+    assert not check.done and not check.acknowledged
+
+
+def test_an_acknowledgement_of_an_earlier_closing_does_not_count():
+    check = decide_idle(gate(2, ack_after=-10, ack_snapshot=7), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert not check.done
+
+
+def test_the_writer_of_an_empty_table_acknowledges_with_no_snapshot():
+    assert decide_idle(gate(1, ack_after=0.5, ack_snapshot=None), RUN, None, idle_seconds=1800).done
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        gate(10, owner=GateOwner("other", "run")),  # another run holds it
+        gate(3601),  # our lease has ended: the writer may be committing
+    ],
+    ids=["other-owner", "lease-ended"],
+)
+def test_a_gate_this_run_does_not_hold_stops_the_wait(state):
+    with pytest.raises(WriteGateNotHeldError, match=f"not held by {RUN}"):
+        decide_idle(state, RUN, snapshot(7, -100), idle_seconds=0)
+
+
+def trigger(**overrides) -> SnapshotIdleTrigger:
+    arguments = {
+        "table": "lake.db.t", "dag_id": RUN.dag_id, "run_id": RUN.run_id, "idle_seconds": 30,
+        "iceberg_conn_id": "lake", "write_gate_conn_id": "gate", "poke_interval": 10.0,
+    }  # fmt: skip
+    return SnapshotIdleTrigger(**{**arguments, **overrides})
+
+
+def test_trigger_serializes_to_its_own_class_and_arguments():
+    classpath, kwargs = trigger().serialize()
+    assert classpath == "airflow_iceberg.triggers.snapshot_idle.SnapshotIdleTrigger"
+    assert SnapshotIdleTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def looks(quiet: list[float], idle_seconds: int = 30):
+    """A stand-in for check_snapshot_idle that reports these quiet times in turn, and records its calls."""
+    calls: list[dict] = []
+
+    def look(**kwargs) -> IdleCheck:
+        calls.append(kwargs)
+        seconds = quiet[len(calls) - 1]
+        return IdleCheck(seconds >= idle_seconds, seconds, idle_seconds, CLOSED_AT, 7, CLOSED_AT)
+
+    return look, calls
+
+
+def run_trigger(instance: SnapshotIdleTrigger, monkeypatch) -> tuple[dict, list[float]]:
+    slept: list[float] = []
+
+    async def no_wait(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(snapshot_idle.asyncio, "sleep", no_wait)
+    event = asyncio.run(anext(instance.run()))
+    return event.payload, slept
+
+
+def test_trigger_sleeps_a_poke_interval_or_until_the_window_ends_then_fires(monkeypatch):
+    look, calls = looks([0.0, 10.0, 25.0, 30.0])
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    payload, slept = run_trigger(trigger(), monkeypatch)
+    assert payload["status"] == "success" and payload["check"]["quiet_seconds"] == 30
+    assert slept == [10.0, 10.0, 5.0]  # the last sleep ends when the window would
+    assert calls[0]["table"] == TableName("lake", "db", "t") and calls[0]["owner"] == RUN
+
+
+def test_trigger_reports_a_failed_look_as_an_error_event_instead_of_crashing(monkeypatch):
+    def look(**kwargs):
+        raise WriteGateNotHeldError("the write gate of lake.db.t is not held")
+
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    payload, _ = run_trigger(trigger(), monkeypatch)
+    assert payload == {"status": "error", "message": "WriteGateNotHeldError: the write gate of lake.db.t is not held"}
