@@ -272,12 +272,17 @@ def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, A
     return merged
 
 
+def dags_folder() -> Path:
+    """Airflow's DAG folder, ``[core] dags_folder``."""
+    return Path(conf.get("core", "dags_folder")).expanduser()
+
+
 def config_path() -> Path:
     """The table list in use: ``$AIRFLOW_ICEBERG_CONFIG`` if set, else ``iceberg_tables.yaml`` in the DAG folder."""
     explicit = os.environ.get(CONFIG_ENV)
     if explicit:
         return Path(explicit)
-    return Path(conf.get("core", "dags_folder")).expanduser() / TABLE_LIST_FILE
+    return dags_folder() / TABLE_LIST_FILE
 
 
 def load_table_list(path: Path | None = None) -> TableList:

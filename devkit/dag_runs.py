@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow.sdk import DAG, conf
+from airflow.sdk import DAG
 
+from airflow_iceberg.config import dags_folder
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
-def dags_folder() -> Path:
-    """Airflow's DAG folder, ``[core] dags_folder`` (``make`` points it at this repository's ``dags/``)."""
-    return Path(conf.get("core", "dags_folder")).expanduser()
-
-
 def load_dag(dag_id: str, dag_folder: Path | None = None) -> DAG:
-    """DAG ``dag_id`` as Airflow parses it from ``dag_folder`` (default: Airflow's) with the table list in use.
+    """DAG ``dag_id`` as Airflow parses it from ``dag_folder`` with the table list in use.
+
+    The default folder is Airflow's ``[core] dags_folder``, which ``make`` points at this repository's ``dags/``.
 
     ``dag.test()`` runs only DAGs it can find in a DAG bundle, so tests and benchmarks take them from here.
     """
