@@ -123,6 +123,14 @@ class GateState:
     def held_by(self, owner: GateOwner) -> bool:
         return self.pauses_writers and self.owner == owner
 
+    def require_held_by(self, owner: GateOwner) -> None:
+        """Raise :class:`WriteGateNotHeldError` unless ``owner`` holds the gate: a writer may be committing."""
+        if not self.held_by(owner):
+            raise WriteGateNotHeldError(
+                f"the write gate of {self.table} is not held by {owner} (state {self.state!r}, owner {self.owner}, "
+                f"lease until {self.lease_expires_at}); the writer may be committing, so no rewrite may start"
+            )
+
     @property
     def writer_acknowledged(self) -> bool:
         """The writer acknowledged the pause of this closing (not of an earlier one)."""

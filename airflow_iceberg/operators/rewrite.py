@@ -14,7 +14,7 @@ from airflow.sdk import Asset, Context
 from airflow_iceberg import spark_jobs
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.run_params import overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.spark_jobs.iceberg_call import TableName, build_call, normalize_arguments, normalize_options
@@ -106,12 +106,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             where = overrides.where or where
         build_call(self.procedure, name, options, where, arguments)  # checked before Spark starts
         if self.write_gate_conn_id:
-            gate = WriteGateHook(self.write_gate_conn_id).get_state(name)
-            if not gate.held_by(run_owner(context)):
-                raise WriteGateNotHeldError(
-                    f"not rewriting {name}: its write gate is not held by this run (state {gate.state!r}, "
-                    f"owner {gate.owner}, lease until {gate.lease_expires_at})"
-                )
+            WriteGateHook(self.write_gate_conn_id).get_state(name).require_held_by(run_owner(context))
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         # Set after template rendering on purpose: neither the catalog settings nor the secret are rendered.
         self.conf = {**catalog.conf, **(self.conf or {})}

@@ -17,7 +17,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
@@ -63,11 +63,7 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
 
     Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
-    if not gate.held_by(owner):
-        raise WriteGateNotHeldError(
-            f"the write gate of {gate.table} is not held by {owner} (state {gate.state!r}, owner {gate.owner}, "
-            f"lease until {gate.lease_expires_at}); the writer may be committing, so no rewrite may start"
-        )
+    gate.require_held_by(owner)
     assert gate.closed_at is not None  # a held gate has a close time
     quiet_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
     quiet_seconds = (gate.database_now - quiet_since).total_seconds()
@@ -110,8 +106,7 @@ def check_snapshot_idle(
 ) -> IdleCheck:
     """Read the gate and the table's newest snapshot, and :func:`decide_idle` on them."""
     gate = WriteGateHook(write_gate_conn_id).get_state(table)
-    if not gate.held_by(owner):  # decided before the slower catalog read
-        return decide_idle(gate, owner, None, idle_seconds)
+    gate.require_held_by(owner)  # before the slower catalog read
     return decide_idle(gate, owner, newest_snapshot(iceberg_conn_id, table), idle_seconds)
 
 
