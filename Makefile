@@ -1,6 +1,7 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
 # make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it
+# make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
 # make unit   the fast tests only (no servers); make docs  refresh the generated blocks in docs/
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
@@ -8,7 +9,7 @@ PY := .venv/airflow/bin/python
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit lint bench docs clean
+.PHONY: setup demo test unit lint bench bench-parse docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +29,9 @@ lint: setup
 
 unit: setup
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench-parse: setup
+	@$(ENV) $(PY) -m devkit.bench_parse
 
 docs: setup
 	@$(ENV) $(PY) -m devkit.docs

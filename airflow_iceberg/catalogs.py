@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from sqlalchemy.engine import make_url
 
 from airflow_iceberg.spark_jobs.iceberg_call import SECRET_CONF_ENV
@@ -188,6 +187,8 @@ def _s3(properties: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def spark_settings_for_connection(catalog: str, iceberg_conn_id: str) -> SparkCatalogSettings:
     """Everything a Spark job needs to call Iceberg procedures on ``catalog``, from its Iceberg connection."""
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
+
     properties = pyiceberg_properties(IcebergHook.get_connection(iceberg_conn_id))
     settings = spark_catalog_settings(catalog, properties)
     return SparkCatalogSettings(

@@ -3,6 +3,10 @@
 ``airflow-iceberg migrate`` creates or upgrades the write gate's tables in the database of an
 ``iceberg_write_gate`` connection. It is the explicit schema step: run it once when installing or upgrading
 the provider (``make setup`` does, for the embedded default); tasks never change the schema.
+
+``airflow-iceberg force-open TABLE --reason TEXT`` opens a table's gate whoever holds it, for a run that died
+with its gate closed: writers resume at once instead of when the lease ends. The audit trail records the run
+that held the gate, its lease, and the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _force_open(args: argparse.Namespace) -> int:
+    opened = WriteGateHook(args.conn_id).force_open(args.table, args.reason)
+    print(f"write gate of {args.table}: {'forced open' if opened else 'was already open'} ({args.reason})")
+    return 0
+
+
+def _reason(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("give a reason: it is recorded in the audit trail")
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(prog="airflow-iceberg", description=__doc__.splitlines()[0])
     commands = main_parser.add_subparsers(dest="command", required=True)
@@ -36,6 +52,15 @@ def parser() -> argparse.ArgumentParser:
         help="the iceberg_write_gate connection whose database holds the gates (default: %(default)s)",
     )
     migrate.set_defaults(run=_migrate)
+    force_open = commands.add_parser("force-open", help="open a table's write gate whoever holds it, audited")
+    force_open.add_argument("table", help="catalog.namespace.table")
+    force_open.add_argument("--reason", required=True, type=_reason, help="why, for the audit trail")
+    force_open.add_argument(
+        "--conn-id",
+        default=WriteGateHook.default_conn_name,
+        help="the iceberg_write_gate connection whose database holds the gate (default: %(default)s)",
+    )
+    force_open.set_defaults(run=_force_open)
     return main_parser
 
 

@@ -1,13 +1,26 @@
-"""Build one gated compaction DAG per table in the table list."""
+"""Build one gated compaction DAG and one daily full-rewrite DAG per table in the table list.
+
+Built for fleets: the dag-processor parses the DAG file for every table at once, and every task's process parses
+it again before it starts. So:
+
+- tasks are built outside their DAG and then added to it (:func:`_add`). A task built inside a DAG gets a deep
+  copy of the DAG's Params, which the task runner merges at run time anyway; at 1,000 tables those copies were
+  most of the parse;
+- a task's process builds only its own DAG (:func:`build_compaction_dags` with ``dag_id``, from Airflow's
+  parsing context), and validates only its own table's entry;
+- the Spark provider, pyiceberg and Kubernetes clients are imported by the tasks that use them, not here.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, chain
+from airflow.sdk import DAG, BaseOperator, chain
 
+from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, TableList, load_table_list
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
@@ -19,6 +32,32 @@ from airflow_iceberg.spark_jobs.iceberg_call import TableName
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 REWRITE_PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
+#: Retries by kind of task. Every task retries at least once: a time-out of Airflow's own Execution API as a
+#: task starts is enough to fail it. Failures that a retry cannot mend (bad input, a gate another run holds,
+#: a run that lost its gate, an Iceberg commit conflict) fail at once, without retries (AirflowFailException).
+RETRIES: dict[str, dict[str, Any]] = {
+    # Reading Params and table metadata: cheap to repeat.
+    "check": {"retries": 2, "retry_delay": timedelta(seconds=10), "retry_exponential_backoff": 2.0},
+    # The gate and the idle wait: MySQL or catalog blips, backing off up to a minute.
+    "gate": {
+        "retries": 3,
+        "retry_delay": timedelta(seconds=5),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=1),
+    },
+    # open_gate frees the writers: retry often and soon, for longer than any blip.
+    "open": {
+        "retries": 10,
+        "retry_delay": timedelta(seconds=3),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(seconds=30),
+    },
+    # A rewrite inside the gate window: once, for a failure before Spark ran (a commit conflict is not retried).
+    "rewrite": {"retries": 1, "retry_delay": timedelta(seconds=15)},
+    # Table care after the gate is open: it never pauses writers, so it may try again later.
+    "care": {"retries": 2, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": 2.0},
+}
+
 
 def compaction_dag_id(table: TableName) -> str:
     """``iceberg_compact__<catalog>__<namespace>__<table>``."""
@@ -28,6 +67,11 @@ def compaction_dag_id(table: TableName) -> str:
 def full_rewrite_dag_id(table: TableName) -> str:
     """``iceberg_full_rewrite__<catalog>__<namespace>__<table>``."""
     return f"iceberg_full_rewrite__{table.catalog}__{table.namespace}__{table.table}"
+
+
+def _add(dag: DAG, tasks: Iterable[BaseOperator]) -> None:
+    """Put tasks built outside any DAG into ``dag``: they keep no copy of its Params (see the module doc)."""
+    dag.add_tasks(list(tasks))
 
 
 def _spark_args(config: TableConfig) -> dict[str, Any]:
@@ -53,62 +97,71 @@ def _gated_rewrites(
 ):
     """check_run_params >> close_gate >> wait_until_snapshot_idle >> <rewrites, in order> >> open_gate, in ``dag``.
 
-    ``check_run_params`` validates a manual run's Params before the gate closes, and ends a dry run there.
+    ``check_run_params`` validates a manual run's Params and renders the table's predicate before the gate
+    closes, and ends a dry run there.
 
     ``open_gate`` is the teardown of ``close_gate``: it runs whatever the rewrites did, and, being a teardown,
     does not decide the run's state, so a failed rewrite leaves the run failed and the gate open.
     Returns the ``open_gate`` task and the last rewrite, for work that must run after the gate is open again
     and only if the rewrites succeeded.
     """
+    table, gate_conn = config.table, config.write_gate_conn_id
     check = CheckRunParamsOperator(
         task_id="check_run_params",
-        dag=dag,
-        table=config.table,
+        table=table,
         iceberg_conn_id=config.catalog_conn_id,
         options=rewrites[0][1],
+        where=rewrites[0][2],
         dry_run_filter=dry_run_filter,
+        doc_md=docs.CHECK_RUN_PARAMS,
+        **RETRIES["check"],
     )
     close_gate = CloseWriteGateOperator(
         task_id="close_gate",
-        dag=dag,
-        table=config.table,
+        table=table,
         lease_seconds=config.lease_seconds,
         gate_wait_seconds=config.gate_wait_seconds,
         poke_interval=config.poke_interval,
-        write_gate_conn_id=config.write_gate_conn_id,
+        write_gate_conn_id=gate_conn,
+        doc_md=docs.close_gate(config),
+        **RETRIES["gate"],
     )
     wait = SnapshotIdleSensor(
         task_id="wait_until_snapshot_idle",
-        dag=dag,
-        table=config.table,
+        table=table,
         idle_seconds=config.idle_seconds,
         iceberg_conn_id=config.catalog_conn_id,
-        write_gate_conn_id=config.write_gate_conn_id,
+        write_gate_conn_id=gate_conn,
         deferrable=config.deferrable,
         mode="poke" if config.deferrable else "reschedule",
         poke_interval=config.poke_interval,
         timeout=config.lease_seconds // 2,
+        doc_md=docs.wait_until_snapshot_idle(config),
+        **RETRIES["gate"],
     )
     tasks = [
         IcebergRewriteOperator(
             task_id=procedure,
-            dag=dag,
-            table=config.table,
+            table=table,
             procedure=procedure,
             options=options,
             where=where,
             iceberg_conn_id=config.catalog_conn_id,
-            write_gate_conn_id=config.write_gate_conn_id,
+            write_gate_conn_id=gate_conn,
             apply_run_params=True,
-            outlets=[table_asset(config.table)],
+            outlets=[table_asset(table)],
             execution_timeout=timedelta(seconds=config.lease_seconds),
+            doc_md=docs.rewrite(config, procedure),
+            **RETRIES["rewrite"],
             **_spark_args(config),
         )
         for procedure, options, where in rewrites
     ]
     open_gate = OpenWriteGateOperator(
-        task_id="open_gate", dag=dag, table=config.table, write_gate_conn_id=config.write_gate_conn_id
-    )
+        task_id="open_gate", table=table, write_gate_conn_id=gate_conn, doc_md=docs.open_gate(config),
+        **RETRIES["open"],
+    )  # fmt: skip
+    _add(dag, [check, close_gate, wait, *tasks, open_gate])
     chain(check, close_gate, wait, *tasks, open_gate.as_teardown(setups=close_gate))
     return open_gate, tasks[-1]
 
@@ -128,11 +181,7 @@ def build_compaction_dag(config: TableConfig) -> DAG:
         schedule=config.schedule,
         start_date=START_DATE,
         catchup=False,
-        doc_md=(
-            f"Closes the write gate of `{config.table}` (lease {config.lease_seconds} s), waits until its writer "
-            f"has been quiet for {config.idle_seconds} s, rewrites small data files and position-delete files "
-            "with Spark, and reopens the gate whatever happened."
-        ),
+        doc_md=docs.compaction_dag(config),
     )
     rewrites = [(p, getattr(config, p), config.where) for p in REWRITE_PROCEDURES]
     _gated_rewrites(dag, config, rewrites, config.where)
@@ -155,18 +204,15 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
         schedule=full.schedule,
         start_date=pendulum.datetime(full.start_date.year, full.start_date.month, full.start_date.day, tz="UTC"),
         catchup=full.catchup,
-        doc_md=(
-            f"Rewrites all data and position-delete files of `{config.table}`"
-            + (f" in the partitions `{where}` selects" if where else "")
-            + " behind its write gate. Backfill past days with `airflow backfill create`."
-        ),
+        doc_md=docs.full_rewrite_dag(config, where),
     )
     dry_run_filter = full.partition.pyiceberg_filter_template() if full.partition else None
     open_gate, last_rewrite = _gated_rewrites(
         dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], dry_run_filter
     )
-    care = _table_care(dag, config)
+    care = _table_care(config)
     if care:
+        _add(dag, care)
         # After the gate is open (never pausing writers), and only once the rewrites succeeded: a failed
         # rewrite then leaves the table care upstream_failed, so the run still ends failed.
         [open_gate, last_rewrite] >> care[0]
@@ -174,12 +220,21 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
     return dag
 
 
-def _table_care(dag: DAG, config: TableConfig) -> list[IcebergRewriteOperator]:
+def _table_care(config: TableConfig) -> list[IcebergRewriteOperator]:
     care = config.table_care
-    common = {"dag": dag, "table": config.table, "iceberg_conn_id": config.catalog_conn_id, **_spark_args(config)}
+    common = {
+        "table": config.table,
+        "iceberg_conn_id": config.catalog_conn_id,
+        **RETRIES["care"],
+        **_spark_args(config),
+    }
     tasks: list[IcebergRewriteOperator] = []
     if care.rewrite_manifests:
-        tasks.append(IcebergRewriteOperator(task_id="rewrite_manifests", procedure="rewrite_manifests", **common))
+        tasks.append(
+            IcebergRewriteOperator(
+                task_id="rewrite_manifests", procedure="rewrite_manifests", doc_md=docs.REWRITE_MANIFESTS, **common
+            )
+        )
     if care.expire_snapshots:
         tasks.append(
             ExpireSnapshotsOperator(
@@ -187,6 +242,7 @@ def _table_care(dag: DAG, config: TableConfig) -> list[IcebergRewriteOperator]:
                 older_than_hours=care.expire_older_than_hours,
                 retain_last=care.retain_last,
                 checkpoint_marker=care.checkpoint_marker,
+                doc_md=docs.expire_snapshots(config),
                 **common,
             )
         )
@@ -196,23 +252,38 @@ def _table_care(dag: DAG, config: TableConfig) -> list[IcebergRewriteOperator]:
                 task_id="remove_orphan_files",
                 older_than_hours=care.orphan_older_than_hours,
                 lease_seconds=config.lease_seconds,
+                doc_md=docs.remove_orphan_files(config),
                 **common,
             )
         )
     return tasks
 
 
-def build_compaction_dags(table_list: TableList | None = None) -> tuple[dict[str, DAG], list[str]]:
-    """Both DAGs by id for every valid table, and the messages of entries that could not become a DAG."""
-    table_list = table_list or load_table_list()
+#: Each table's DAGs: how its id is made, and how it is built.
+_BUILDERS = ((compaction_dag_id, build_compaction_dag), (full_rewrite_dag_id, build_full_rewrite_dag))
+
+
+def build_compaction_dags(
+    table_list: TableList | None = None, *, dag_id: str | None = None
+) -> tuple[dict[str, DAG], list[str]]:
+    """Both DAGs by id for every valid table, and the messages of entries that could not become a DAG.
+
+    With ``dag_id`` (a task's process passes Airflow's parsing context), only that DAG is built, and only its
+    table's entry is read: other entries' errors are not reported then.
+    """
+    if table_list is None:
+        select = None if dag_id is None else (lambda t: dag_id in (compaction_dag_id(t), full_rewrite_dag_id(t)))
+        table_list = load_table_list(select=select)
     dags: dict[str, DAG] = {}
     errors = list(table_list.errors)
     for config in table_list.tables:
-        for build in (build_compaction_dag, build_full_rewrite_dag):
+        for make_id, build in _BUILDERS:
+            if dag_id is not None and make_id(config.table) != dag_id:
+                continue
             try:
                 dag = build(config)
-            except Exception as error:  # e.g. a schedule Airflow rejects: report it, keep the other tables
-                errors.append(f"table {config.table}: {type(error).__name__}: {error}")
+            except Exception as error:  # a DAG Airflow refuses: report it, keep the other tables
+                errors.append(f"table {config.table}: {make_id(config.table)}: {type(error).__name__}: {error}")
                 continue
             dags[dag.dag_id] = dag
     return dags, errors

@@ -6,6 +6,20 @@ from typing import Any
 
 from airflow_iceberg import __version__
 
+#: How the Airflow UI shows the form of an ``iceberg_write_gate`` connection. Airflow 3's UI reads it from here,
+#: without importing the hook (``WriteGateHook.get_ui_field_behaviour`` returns the same, for older readers).
+WRITE_GATE_FORM: dict[str, Any] = {
+    "hidden-fields": ["extra"],
+    "relabeling": {"schema": "Database"},
+    "placeholders": {
+        "host": "127.0.0.1",
+        "port": "3306",
+        "schema": "airflow_iceberg",
+        "login": "iceberg_gate",
+        "password": "password of the MySQL user",
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
@@ -48,6 +62,7 @@ def get_provider_info() -> dict[str, Any]:
                 "connection-type": "iceberg_write_gate",
                 "hook-class-name": "airflow_iceberg.hooks.write_gate.WriteGateHook",
                 "hook-name": "Iceberg Write Gate (MySQL)",
+                "ui-field-behaviour": WRITE_GATE_FORM,
             }
         ],
     }

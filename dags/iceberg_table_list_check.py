@@ -1,15 +1,14 @@
 """Fails to import while the Iceberg table list has bad entries, so Airflow shows them as a DAG import error.
 
-The compaction DAGs themselves come from ``iceberg_compaction.py``, which skips bad entries and keeps loading
-the others. This file defines no DAG.
+It only reads and validates the table list (every setting, schedules included, is checked there); it builds no
+DAG. The compaction DAGs come from ``iceberg_compaction.py``, which skips bad entries and loads the others.
 """
 
 from __future__ import annotations
 
-from airflow_iceberg.config import IcebergConfigError, config_path
-from airflow_iceberg.dag_factory import build_compaction_dags
+from airflow_iceberg.config import IcebergConfigError, config_path, load_table_list
 
-_dags, _errors = build_compaction_dags()
+_errors = load_table_list().errors
 if _errors:
     raise IcebergConfigError(
         f"{len(_errors)} bad entr{'y' if len(_errors) == 1 else 'ies'} in {config_path()}:\n" + "\n".join(_errors)

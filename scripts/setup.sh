@@ -24,7 +24,7 @@ stamp_write() {
 }
 
 # --- Debian packages -------------------------------------------------------------------------------------------
-debs=(libjarjar-java libmariadb-java docker-compose)
+debs=(libjarjar-java libmariadb-java docker-compose chromium chromium-driver)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if ((${#missing[@]})); then

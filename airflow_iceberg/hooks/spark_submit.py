@@ -9,14 +9,22 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_iceberg.spark_jobs.iceberg_call import parse_result_line
 
+#: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
+#: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
+COMMIT_CONFLICT_EXCEPTIONS = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException",
+)
+
 
 class IcebergSparkSubmitHook(SparkSubmitHook):
     """:class:`SparkSubmitHook` that keeps the result row the job prints, and can hand each output line on.
 
     In local and client deploy modes spark-submit's output includes the driver's stdout, where the jobs in
     ``airflow_iceberg.spark_jobs`` print their result (``format_result_line``); :attr:`result` holds the last
-    one seen, or None (cluster deploy modes keep the driver's output on the cluster). The hook still processes
-    and logs every line itself (application ids, driver ids, the log tail of a failure).
+    one seen, or None (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
+    holds the first line that reports an Iceberg commit conflict, or None. The hook still processes and logs
+    every line itself (application ids, driver ids, the log tail of a failure).
 
     :param on_line: Called with each stripped line of spark-submit's output, after the hook has seen it.
     :param logger_name: Name of the hook's logger under ``airflow.task.hooks``, as for any Airflow hook (the
@@ -37,6 +45,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     def _capture(self, on_line: Callable[[str], None] | None, logger_name: str | None) -> None:
         self.on_line = on_line
         self.result: dict[str, Any] | None = None
+        self.commit_conflict: str | None = None
         if logger_name is not None:
             self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
 
@@ -61,6 +70,8 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
                 result = parse_result_line(line)
                 if result is not None:
                     self.result = result
+                if self.commit_conflict is None and any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
+                    self.commit_conflict = line
                 if self.on_line is not None:
                     self.on_line(line)
 

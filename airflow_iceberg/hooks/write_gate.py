@@ -191,11 +191,9 @@ class WriteGateHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["extra"],
-            "relabeling": {"schema": "Database"},
-            "placeholders": {"host": "127.0.0.1", "port": "3306", "schema": "airflow_iceberg"},
-        }
+        from airflow_iceberg.get_provider_info import WRITE_GATE_FORM
+
+        return {key.replace("-", "_"): value for key, value in WRITE_GATE_FORM.items()}
 
     def __init__(self, write_gate_conn_id: str = default_conn_name) -> None:
         super().__init__()

@@ -7,17 +7,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, Context
+from airflow_iceberg._lazy_imports import defer_kubernetes_client
 
-from airflow_iceberg import spark_jobs
-from airflow_iceberg.catalogs import spark_settings_for_connection
-from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.run_params import overrides_from_params
-from airflow_iceberg.operators.write_gate import run_owner
-from airflow_iceberg.spark_jobs.iceberg_call import TableName, build_call, normalize_arguments, normalize_options
+defer_kubernetes_client()  # before the Spark provider, which imports it at once
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
+from airflow.sdk import Asset, Context, literal  # noqa: E402
+from airflow.sdk.exceptions import AirflowFailException  # noqa: E402
+
+from airflow_iceberg import spark_jobs  # noqa: E402
+from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
+from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
+from airflow_iceberg.operators.run_params import overrides_from_params  # noqa: E402
+from airflow_iceberg.operators.write_gate import run_owner  # noqa: E402
+from airflow_iceberg.spark_jobs.iceberg_call import (  # noqa: E402
+    TableName,
+    build_call,
+    normalize_arguments,
+    normalize_options,
+)
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
@@ -52,7 +62,9 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param procedure: ``rewrite_data_files`` or ``rewrite_position_delete_files``.
     :param options: Procedure options by Iceberg's names, e.g. ``{"target-file-size-bytes": 134217728}``.
-    :param where: Spark SQL predicate selecting the partitions to rewrite. (templated)
+    :param where: Spark SQL predicate selecting the partitions to rewrite. (templated; with
+        ``apply_run_params``, a run that gives its own ``where`` uses that, as written, and this template is not
+        rendered)
     :param arguments: The procedure's other named arguments, e.g. ``{"strategy": "sort"}`` or, for
         ``expire_snapshots``, ``{"older_than": "2026-11-20 00:00:00", "retain_last": 10}``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
@@ -96,6 +108,15 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self.apply_run_params = apply_run_params
         self._result_hook: IcebergSparkSubmitHook | None = None
 
+    def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
+        # A run's own `where` replaces the table's before rendering: the table's template is then never rendered
+        # (it may need a logical date the run lacks), and the run's text is taken as written, never as a template.
+        if self.apply_run_params:
+            run_where = overrides_from_params(context["params"]).where
+            if run_where is not None:
+                self.where = literal(run_where)
+        super().render_template_fields(context, jinja_env)
+
     def execute(self, context: Context) -> dict[str, Any] | None:
         name = self.table
         options, arguments, where = self.options, self.arguments, self.where
@@ -103,10 +124,12 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             overrides = overrides_from_params(context["params"])
             options = {**options, **overrides.options.get(self.procedure, {})}
             arguments = {**arguments, **overrides.arguments.get(self.procedure, {})}
-            where = overrides.where or where
         build_call(self.procedure, name, options, where, arguments)  # checked before Spark starts
         if self.write_gate_conn_id:
-            WriteGateHook(self.write_gate_conn_id).get_state(name).require_held_by(run_owner(context))
+            try:
+                WriteGateHook(self.write_gate_conn_id).get_state(name).require_held_by(run_owner(context))
+            except WriteGateNotHeldError as error:
+                raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         # Set after template rendering on purpose: neither the catalog settings nor the secret are rendered.
         self.conf = {**catalog.conf, **(self.conf or {})}
@@ -120,7 +143,18 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             self.application_args += ["--where", where]
         if arguments:
             self.application_args += ["--arguments", json.dumps(arguments)]
-        super().execute(context)
+        try:
+            super().execute(context)
+        except Exception as error:
+            conflict = self._result_hook.commit_conflict if self._result_hook else None
+            if conflict is None:
+                raise
+            # Retrying inside the same gate window would only race the same writer again.
+            raise AirflowFailException(
+                f"{self.procedure} on {name} lost an Iceberg commit conflict, so it committed nothing: a writer "
+                f"committed to the table during the pause. Check that every writer of {name} reads the write "
+                f"gate. Spark said: {conflict}"
+            ) from error
         result = self._result_hook.result if self._result_hook else None
         if result is None:
             self.log.warning("The Spark job reported no result row (cluster deploy mode keeps driver output)")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import Context
 
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
@@ -72,6 +71,8 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
         self.checkpoint_marker = checkpoint_marker
 
     def execute(self, context: Context) -> dict[str, Any] | None:
+        from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
+
         metadata = IcebergHook(self.iceberg_conn_id).load_table(self.table.in_catalog).metadata
         current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
         if current is None:

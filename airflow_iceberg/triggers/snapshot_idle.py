@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
 from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
@@ -82,6 +80,9 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
 
 def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
     """The table's newest snapshot on any branch, read with pyiceberg; None if it has none."""
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
     try:
         metadata = IcebergHook(iceberg_conn_id).load_table(table.in_catalog).metadata
     except (NoSuchTableError, NoSuchNamespaceError):

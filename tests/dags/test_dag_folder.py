@@ -14,6 +14,13 @@ def load_dag_folder() -> DagBag:
     return DagBag(dag_folder=str(DAGS))
 
 
+def use_table_list(tmp_path: Path, monkeypatch, text: str) -> None:
+    """Write ``text`` as the table list in use (``AIRFLOW_ICEBERG_CONFIG``) for this test."""
+    config = tmp_path / "tables.yaml"
+    config.write_text(textwrap.dedent(text))
+    monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(config))
+
+
 def test_shipped_dag_folder_loads_without_import_errors(monkeypatch):
     monkeypatch.delenv("AIRFLOW_ICEBERG_CONFIG", raising=False)
     bag = load_dag_folder()
@@ -24,19 +31,17 @@ def test_shipped_dag_folder_loads_without_import_errors(monkeypatch):
 
 
 def test_bad_entry_is_an_import_error_naming_entry_and_field_and_good_tables_still_load(tmp_path, monkeypatch):
-    config = tmp_path / "tables.yaml"
-    config.write_text(
-        textwrap.dedent(
-            """
-            tables:
-              - table: lake.sales.orders
-              - table: lake.sales.refunds
-                lease_seconds: many
-              - table: lake.sales.payments
-            """
-        )
+    use_table_list(
+        tmp_path,
+        monkeypatch,
+        """
+        tables:
+          - table: lake.sales.orders
+          - table: lake.sales.refunds
+            lease_seconds: many
+          - table: lake.sales.payments
+        """,
     )
-    monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(config))
     bag = load_dag_folder()
     assert {"iceberg_compact__lake__sales__orders", "iceberg_compact__lake__sales__payments"} <= set(bag.dag_ids)
     assert "iceberg_compact__lake__sales__refunds" not in bag.dag_ids
@@ -52,3 +57,57 @@ def test_unreadable_table_list_is_an_import_error_naming_the_file(tmp_path, monk
     bag = load_dag_folder()
     assert bag.import_errors
     assert all("missing.yaml" in message for message in bag.import_errors.values())
+
+
+def test_a_schedule_airflow_rejects_is_named_with_entry_table_field_and_value_and_the_others_load(
+    tmp_path, monkeypatch
+):
+    use_table_list(
+        tmp_path,
+        monkeypatch,
+        """
+        tables:
+          - table: lake.sales.orders
+            schedule: "*/30 * * * *"
+          - table: lake.sales.refunds
+            schedule: every day
+          - table: lake.sales.payments
+            full_rewrite: {schedule: "61 * * * *"}
+        """,
+    )
+    bag = load_dag_folder()
+    assert {"iceberg_compact__lake__sales__orders", "iceberg_full_rewrite__lake__sales__orders"} <= set(bag.dag_ids)
+    assert not {d for d in bag.dag_ids if "refunds" in d or "payments" in d}
+    [(path, message)] = bag.import_errors.items()
+    assert path.endswith("iceberg_table_list_check.py")
+    [refunds] = [line for line in message.splitlines() if "tables[1]" in line]
+    [payments] = [line for line in message.splitlines() if "tables[2]" in line]
+    assert "tables[1] (lake.sales.refunds)" in refunds
+    assert "field 'schedule'" in refunds and "'every day'" in refunds
+    assert "tables[2] (lake.sales.payments)" in payments
+    assert "field 'full_rewrite.schedule'" in payments and "'61 * * * *'" in payments
+
+
+def test_a_tasks_process_builds_only_its_own_dag_and_reads_only_its_own_entry(tmp_path, monkeypatch):
+    from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID, _AIRFLOW_PARSING_CONTEXT_TASK_ID
+
+    use_table_list(
+        tmp_path,
+        monkeypatch,
+        """
+        tables:
+          - table: lake.sales.orders
+          - table: lake.sales.refunds
+            lease_seconds: many
+          - table: lake.sales.payments
+        """,
+    )
+    # What the task runner sets while it parses the DAG file of the task it is about to run. Set through
+    # monkeypatch: Airflow's own context manager leaves the variables set when they were unset before, and
+    # every later DagBag in the session would then build that one DAG only.
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_DAG_ID, "iceberg_full_rewrite__lake__sales__payments")
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_TASK_ID, "open_gate")
+    bag = DagBag(dag_folder=str(DAGS / "iceberg_compaction.py"))
+    assert bag.dag_ids == ["iceberg_full_rewrite__lake__sales__payments"]
+    assert bag.import_errors == {}
+    assert not bag.captured_warnings, "another entry's error was read"

@@ -141,3 +141,37 @@ def test_a_day_transform_selects_the_utc_day_of_the_logical_date():
 
 def test_without_a_partition_the_full_rewrite_takes_the_whole_table():
     assert make_full_rewrite_dag().get_task("rewrite_data_files").where is None
+
+
+def test_tasks_hold_no_copy_of_the_dags_params_which_the_run_still_sees():
+    from airflow.sdk.definitions.param import process_params
+
+    dag = build_compaction_dag(TableConfig(table="lake.db.events"))
+    for task in dag.tasks:
+        assert not task.params, f"{task.task_id} holds a copy of the DAG's Params"
+        assert process_params(dag, task, {"where": "ts > '2026-01-01'"}, suppress_exception=False)["where"] == (
+            "ts > '2026-01-01'"
+        )
+
+
+def test_every_task_retries_and_open_gate_retries_most_and_soonest():
+    for dag in (build_compaction_dag(TableConfig(table="lake.db.events")), build_full_rewrite_dag(TableConfig(
+            table="lake.db.events"))):  # fmt: skip
+        tasks = dag.task_dict
+        assert all(task.retries >= 1 for task in tasks.values()), {t: tasks[t].retries for t in tasks}
+        open_gate = tasks["open_gate"]
+        others = [t for t in tasks.values() if t is not open_gate]
+        assert open_gate.retries > max(t.retries for t in others)
+        assert open_gate.retry_delay <= min(t.retry_delay for t in others)
+
+
+def test_every_task_says_what_it_does_and_what_to_do_when_it_fails_and_the_dag_lists_the_settings():
+    config = TableConfig(table="lake.db.events", lease_seconds=1200, spark={"conf": {"spark.secret.key": "s3cr3t"}})
+    for dag in (build_compaction_dag(config), build_full_rewrite_dag(config)):
+        for task in dag.tasks:
+            assert task.doc_md and "**If it fails**" in task.doc_md, task.task_id
+        assert "airflow-iceberg force-open lake.db.events" in dag.task_dict["open_gate"].doc_md
+        assert "| `lease_seconds` | `1200` |" in dag.doc_md
+        assert "| `idle_seconds` | `300` |" in dag.doc_md
+        assert "spark.secret.key" in dag.doc_md and "s3cr3t" not in dag.doc_md
+        assert "What a closed gate means for writers" in dag.doc_md

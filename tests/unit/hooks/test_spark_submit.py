@@ -62,3 +62,20 @@ def test_a_logger_name_puts_the_output_under_airflow_task_hooks(spark_submit, ca
     IcebergSparkSubmitHook(name="t", logger_name="devkit.test").submit("job.py")
     logged = [line for line in capfd.readouterr().out.splitlines() if "hello from the job" in line]
     assert len(logged) == 1 and "[airflow.task.hooks.devkit.test]" in logged[0]
+
+
+def test_an_iceberg_commit_conflict_in_the_output_is_kept(spark_submit):
+    conflict = "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale metadata"
+    spark_submit(["Running: CALL ...", conflict, "at org.apache.iceberg..."], status=1)
+    hook = IcebergSparkSubmitHook(name="t")
+    with pytest.raises(AirflowException):
+        hook.submit("job.py")
+    assert hook.commit_conflict == conflict
+
+
+def test_other_failures_are_no_commit_conflict(spark_submit):
+    spark_submit(["org.apache.spark.sql.AnalysisException: cannot resolve 'nope'"], status=1)
+    hook = IcebergSparkSubmitHook(name="t")
+    with pytest.raises(AirflowException):
+        hook.submit("job.py")
+    assert hook.commit_conflict is None

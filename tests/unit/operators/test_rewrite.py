@@ -6,6 +6,7 @@ Where the rewrite runs is set by the Spark connection and the table's spark sett
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -134,3 +135,44 @@ def test_kubernetes_submission_comes_from_the_connection_too(monkeypatch):
     assert flag(command, "--deploy-mode") == "cluster"
     assert "spark.kubernetes.namespace=spark" in command
     assert flag(command, "--jars") == "local:///opt/iceberg/iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+
+
+def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
+    return IcebergRewriteOperator(
+        task_id="rewrite_data_files", table="lake.demo.events", procedure="rewrite_data_files", where=where,
+        apply_run_params=True,
+    )  # fmt: skip
+
+
+def test_a_runs_own_where_replaces_the_tables_template_unrendered():
+    op = gated_rewrite("ts >= '{{ ds }}'")  # would fail to render in a run without a logical date
+    own = "note = '{{ conn.lake.password }}'"  # the run's text is data, never a template
+    op.render_template_fields({"params": {"where": own}})
+    assert op.where == own
+
+
+def test_without_a_runs_where_the_tables_template_is_rendered():
+    op = gated_rewrite("ts >= '{{ ds }}'")
+    op.render_template_fields({"params": {"where": None}, "ds": "2026-11-20"})
+    assert op.where == "ts >= '2026-11-20'"
+
+
+def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    spark_submit = tmp_path / "spark-submit"
+    spark_submit.write_text(
+        "#!/bin/sh\necho 'py4j.protocol.Py4JJavaError: An error occurred while calling o42.sql.'\n"
+        "echo ': org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete for "
+        "replaced data file'\nexit 1\n"
+    )
+    spark_submit.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", "extra": {"type": "sql",
+                       "uri": "mysql+pymysql://u@127.0.0.1:1/unused", "warehouse": "file:///tmp/unused"}}))  # fmt: skip
+    op = gated_rewrite(None)
+    op.apply_run_params = False
+    with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict") as raised:
+        op.execute({"outlet_events": {}})
+    assert "Cannot commit, found new position delete" in str(raised.value)

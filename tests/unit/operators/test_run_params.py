@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import pendulum
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
-from airflow_iceberg.operators.run_params import overrides_from_params, run_params
+from airflow_iceberg.operators.run_params import (
+    CheckRunParamsOperator,
+    RunParamsError,
+    overrides_from_params,
+    run_params,
+)
 
 DEFAULTS = {name: param.value for name, param in run_params().items()}
 
@@ -68,3 +75,47 @@ def test_params_become_options_arguments_and_predicate():
 def test_a_bad_param_is_refused_by_name(params, named):
     with pytest.raises(ValueError, match=named):
         overrides_from_params({**DEFAULTS, **params})
+
+
+def check_operator(where: str | None, dry_run_filter: str | None = None) -> CheckRunParamsOperator:
+    return CheckRunParamsOperator(
+        task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake", where=where,
+        dry_run_filter=dry_run_filter,
+    )  # fmt: skip
+
+
+def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sentence_that_says_so():
+    op = check_operator("ts >= '{{ ds }}'")
+    with pytest.raises(RunParamsError) as raised:
+        op._check(params={"dry_run": False})  # a run triggered with logical_date null: no ds, no logical_date
+    message = str(raised.value)
+    assert message.startswith("the table's where \"ts >= '{{ ds }}'\" uses the run's logical date ('ds' is undefined)")
+    assert "this run has none" in message and "Give the run its own 'where' in its conf" in message
+    assert isinstance(raised.value, AirflowFailException)  # not retried: a retry has no logical date either
+
+
+def test_a_run_with_its_own_where_never_renders_the_tables_predicate():
+    op = check_operator("ts >= '{{ ds }}'", dry_run_filter="ts >= '{{ ds }}'")
+    assert op._check(params={"where": "ts >= '2026-01-01'", "dry_run": False}) is True
+
+
+def test_with_a_logical_date_the_tables_predicate_renders():
+    op = check_operator("ts >= '{{ ds }}'")
+    assert op._check(params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20)) is True
+
+
+def test_a_predicate_that_is_not_a_template_is_named():
+    with pytest.raises(RunParamsError, match="is not a valid template: unexpected char") as raised:
+        check_operator('ts >= {{ ds "')._check(params={}, ds="2026-11-20", logical_date=pendulum.now())
+    assert "the table's where 'ts >= {{ ds \"'" in str(raised.value)
+
+
+def test_a_bad_param_fails_without_retries():
+    with pytest.raises(RunParamsError, match="param 'strategy'"):
+        check_operator(None)._check(params={"strategy": "zigzag"})
+
+
+def test_the_params_declare_draft_7_so_airflow_checks_them_cheaply():
+    for name, param in run_params().items():
+        assert param.schema["$schema"] == "http://json-schema.org/draft-07/schema#", name
+        param.resolve()  # each default is valid under its declared dialect
