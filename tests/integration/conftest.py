@@ -177,3 +177,30 @@ def mysql_server() -> pymysql.connections.Connection:
     """An autocommit connection to the MySQL server with no database selected."""
     with _mysql() as connection:
         yield connection
+
+
+#: Tables in the live Airflow's table list besides the ones tests add: the parse load of a fleet.
+FLEET_SIZE = 200
+
+
+@pytest.fixture(scope="session")
+def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: None):
+    """One ``airflow standalone`` for the whole session, shared by every test that needs a live Airflow.
+
+    Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
+    :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them.
+    """
+    from tests.integration.live_airflow import LiveAirflow, fleet
+
+    root = tmp_path_factory.mktemp("live-airflow")
+    table_list = root / "scheduler_tables.yaml"
+    table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": fleet(FLEET_SIZE)}))
+    home = root / "airflow-home"
+    home.mkdir()
+    airflow = LiveAirflow(home, table_list)
+    try:
+        airflow.start()
+        yield airflow
+    finally:
+        airflow.stop()
+        shutil.rmtree(home / "logs", ignore_errors=True)

@@ -119,3 +119,18 @@ def test_sql_metacharacters_in_an_owner_are_data_not_sql(gate_hook, gate_table):
     gate_hook.close_gate(gate_table, sneaky, lease_seconds=600)
     state = gate_hook.get_state(gate_table)
     assert state.owner == sneaky and state.pauses_writers
+
+
+def test_the_force_open_command_opens_a_held_gate_and_records_the_reason(gate_hook, gate_table, capsys):
+    from airflow_iceberg.cli import main
+
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+    assert main(["force-open", gate_table, "--reason", "run died at 03:10; paging ingest"]) == 0
+    assert f"write gate of {gate_table}: forced open" in capsys.readouterr().out
+    assert not writer_paused(gate_hook, gate_table)
+    forced = gate_hook.audit_trail(gate_table)[-1]
+    assert (forced["action"], forced["detail"]) == ("force_open", "run died at 03:10; paging ingest")
+    assert forced["owner_run_id"] == RUN_A.run_id
+    with pytest.raises(SystemExit):  # no reason: refused before anything is changed
+        main(["force-open", gate_table, "--reason", " "])
+    assert len(gate_hook.audit_trail(gate_table)) == 2

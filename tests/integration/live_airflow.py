@@ -1,0 +1,217 @@
+"""A live Airflow for the tests that need the user's real path: scheduler, dag-processor, REST API and UI.
+
+``airflow standalone`` (scheduler, dag-processor, triggerer, api-server; LocalExecutor) runs on a PostgreSQL
+metadata database of its own, in its own process group, which :meth:`LiveAirflow.stop` ends. The suite starts one
+per session (the ``live_airflow`` fixture in ``conftest.py``) and every test that needs one shares it: a start
+costs a minute or more on two cores.
+
+Its table list holds a fleet of 200 tables beside the ones tests add, and ``dagbag_import_timeout`` is left at
+Airflow's default, so every test here also runs with the parse cost of a fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import requests
+import yaml
+
+META_DB = "airflow_iceberg_test_scheduler"
+DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+AIRFLOW = str(Path(sys.executable).with_name("airflow"))
+#: The simple auth manager's users: an admin, and a viewer who may read but not edit.
+USERS = {"admin": ("admin", "admin-password"), "viewer": ("viewer", "viewer-password")}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def postgres(database: str = "postgres"):
+    connection = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=database)
+    connection.autocommit = True
+    return connection
+
+
+def fleet(count: int) -> list[dict[str, Any]]:
+    """``count`` manual-only tables that nothing runs: the parse load of a fleet."""
+    recent = "ts >= '{{ macros.ds_add(ds, -2) }}'"
+    manual_only = {"where": recent, "full_rewrite": {"schedule": None}}
+    return [{"table": f"lake.fleet.t{n:04d}", **manual_only} for n in range(count)]
+
+
+class LiveAirflow:
+    """``airflow standalone`` on a fresh PostgreSQL metadata database, with the repository's DAG folder."""
+
+    def __init__(self, home: Path, table_list: Path) -> None:
+        self.home = home
+        self.table_list = table_list
+        self.api_port = free_port()
+        self.url = f"http://127.0.0.1:{self.api_port}"
+        passwords = home / "passwords.json"
+        passwords.write_text(json.dumps({user: password for user, (_, password) in USERS.items()}))
+        self.env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{META_DB}",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{role}" for u, (role, _) in USERS.items()),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__API__PORT": str(self.api_port),
+            # Task runners report to the api-server's Execution API: it must be the port chosen above.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            "AIRFLOW_ICEBERG_CONFIG": str(table_list),
+            # standalone starts its scheduler, dag-processor, triggerer and api-server as `airflow` from PATH.
+            "PATH": f"{Path(AIRFLOW).parent}{os.pathsep}{os.environ['PATH']}",
+        }
+        for name in list(self.env):  # [core] dagbag_import_timeout stays at Airflow's default
+            if name.endswith("DAGBAG_IMPORT_TIMEOUT"):
+                del self.env[name]
+        self.process: subprocess.Popen | None = None
+        self._tokens: dict[str, str] = {}
+
+    # --- lifecycle ----------------------------------------------------------------------------------------------
+
+    def cli(self, *args: str) -> str:
+        result = subprocess.run([AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, f"airflow {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def start(self) -> None:
+        # closing(), not `with connection`: psycopg2 wraps even an autocommit connection's block in a transaction.
+        with closing(postgres()) as db, db.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {META_DB} WITH (FORCE)")
+            cursor.execute(f"CREATE DATABASE {META_DB}")
+        self.cli("db", "migrate")
+        self.process = subprocess.Popen(
+            [AIRFLOW, "standalone"],
+            env=self.env,
+            stdout=(self.home / "standalone.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.wait_for("the api-server to answer", self._api_up, 300)
+
+    def _api_up(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/api/v2/monitor/health", timeout=5).ok
+        except requests.ConnectionError:
+            return False
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        group = self.process.pid
+        os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
+        else:
+            os.killpg(group, signal.SIGKILL)
+        self.process.wait(30)
+        self.process = None
+        # Nothing of the group may outlive it (the scheduler's LocalExecutor workers included).
+        time.sleep(1)
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        raise AssertionError(f"processes of airflow standalone's group {group} outlived it")
+
+    def wait_for(self, what: str, condition: Callable[[], Any], timeout: float) -> Any:
+        """Poll ``condition`` until it returns something true, and return that; fail after ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while not (value := condition()):
+            assert self.process is not None and self.process.poll() is None, (
+                f"airflow standalone exited while waiting for {what}:\n"
+                + (self.home / "standalone.log").read_text()[-4000:]
+            )
+            assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+            time.sleep(1)
+        return value
+
+    # --- the table list -----------------------------------------------------------------------------------------
+
+    def add_tables(self, *entries: dict[str, Any], timeout: float = 300) -> None:
+        """Add (or replace) table-list entries, and wait until the dag-processor has parsed their DAGs."""
+        from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
+        from airflow_iceberg.spark_jobs.iceberg_call import TableName
+
+        document = yaml.safe_load(self.table_list.read_text())
+        names = {entry["table"] for entry in entries}
+        document["tables"] = [t for t in document["tables"] if t["table"] not in names] + list(entries)
+        self.table_list.write_text(yaml.safe_dump(document))
+        for name in names:
+            table = TableName.parse(name)
+            for dag_id in (compaction_dag_id(table), full_rewrite_dag_id(table)):
+                self.wait_for(f"{dag_id} to be parsed", lambda d=dag_id: self.dag_parsed(d), timeout)
+
+    def dag_parsed(self, dag_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM dag WHERE dag_id = %s AND NOT is_stale", dag_id))
+
+    # --- the metadata database and the REST API -------------------------------------------------------------
+
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        with closing(postgres(META_DB)) as db, db.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+    def token(self, user: str = "admin") -> str:
+        if user not in self._tokens:
+            response = requests.post(
+                f"{self.url}/auth/token", json={"username": user, "password": USERS[user][1]}, timeout=60
+            )
+            assert response.status_code == 201, f"login of {user} failed: {response.status_code} {response.text}"
+            self._tokens[user] = response.json()["access_token"]
+        return self._tokens[user]
+
+    def api(self, method: str, path: str, user: str = "admin", **kwargs: Any) -> requests.Response:
+        """A call to the REST API (``/api/v2/...``) as ``user``."""
+        headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
+        return requests.request(method, f"{self.url}/api/v2/{path}", headers=headers, timeout=60, **kwargs)
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:
+        """The DAG run once it has finished (success or failed), as the REST API shows it."""
+
+        def finished() -> dict[str, Any] | None:
+            response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}")
+            assert response.ok, response.text
+            run = response.json()
+            return run if run["state"] in ("success", "failed") else None
+
+        return self.wait_for(f"run {run_id} of {dag_id} to finish", finished, timeout)
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")
+        assert response.ok, response.text
+        return {ti["task_id"]: ti["state"] for ti in response.json()["task_instances"]}
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+        """The task's log as the UI shows it: one line per structured log event (JSON), errors included."""
+        response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}")
+        assert response.ok, response.text
+        return "\n".join(
+            json.dumps(item) if isinstance(item, dict) else str(item) for item in response.json()["content"]
+        )

@@ -1,0 +1,69 @@
+"""Manual runs through the REST API without a logical date, on a live Airflow parsing a fleet of 200 tables.
+
+Airflow 3 lets a run be triggered with ``logical_date: null``; such a run has no ``ds``. A run that gives its
+own ``where`` compacts the table; a run of a table whose ``where`` needs ``ds``, and that gives none, fails in
+``check_run_params`` with a sentence saying so, before the gate was ever closed.
+"""
+
+from __future__ import annotations
+
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.writers import write_small_files
+
+#: The shipped demo table's predicate: the last two days before the run's logical date.
+RECENT_DAYS = "ts >= '{{ macros.ds_add(ds, -2) }}'"
+
+
+def trigger(live_airflow, dag_id: str, conf: dict) -> str:
+    response = live_airflow.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert response.status_code == 200, response.text
+    run = response.json()
+    assert run["logical_date"] is None
+    return run["dag_run_id"]
+
+
+def data_files(table: TableName) -> set[str]:
+    files = IcebergHook("lake").load_table(table.in_catalog).inspect.files().to_pylist()
+    return {entry["file_path"] for entry in files if entry["content"] == 0}
+
+
+def test_a_run_without_logical_date_uses_its_own_where(unique_name, table_config, gate_hook, live_airflow):
+    table = TableName.parse(f"lake.rest.{unique_name}")
+    write_small_files(table_config(table), "--days", "2", "--commits", "3", "--files-per-commit", "3",
+                      "--delete-commits", "1")  # fmt: skip
+    before = data_files(table)
+    live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
+    dag_id = compaction_dag_id(table)
+
+    run_id = trigger(live_airflow, dag_id, {"where": "ts >= '2000-01-01'"})
+    run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
+
+    states = live_airflow.task_states(dag_id, run_id)
+    assert run["state"] == "success", states
+    assert set(states.values()) == {"success"}, states
+    after = data_files(table)
+    assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
+    actions = [row["action"] for row in gate_hook.audit_trail(table)]
+    assert actions == ["close", "open"]
+    assert gate_hook.get_state(table).state == "open"
+
+
+def test_a_run_without_logical_date_needing_ds_fails_before_the_gate(unique_name, gate_hook, live_airflow):
+    table = TableName.parse(f"lake.rest.{unique_name}")
+    live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
+    dag_id = compaction_dag_id(table)
+
+    run_id = trigger(live_airflow, dag_id, {})
+    run = live_airflow.wait_for_run(dag_id, run_id, timeout=600)
+
+    states = live_airflow.task_states(dag_id, run_id)
+    assert run["state"] == "failed"
+    assert states["check_run_params"] == "failed", states
+    assert states["close_gate"] == "upstream_failed", states
+    log = live_airflow.task_log(dag_id, run_id, "check_run_params")
+    assert "uses the run's logical date" in log and "this run has none" in log, log[-3000:]
+    assert "Give the run its own 'where' in its conf" in log
+    assert gate_hook.audit_trail(table) == [], "the gate was touched"
