@@ -1,6 +1,7 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
 # make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
-# make bench  gated compactions under a live streaming writer: how long the gate pauses it
+# make bench  gated compactions under a live streaming writer: how long the gate pauses it; then the rewrite
+#             tasks on a live Airflow against a bare spark-submit of the same CALLs
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
 # make unit   the fast tests only (no servers); make docs  refresh the generated blocks in docs/
 SHELL := /bin/bash
@@ -19,6 +20,7 @@ demo: setup
 
 bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_tasks
 
 test: setup lint
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)

@@ -190,7 +190,7 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: No
     Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
     :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them.
     """
-    from tests.integration.live_airflow import LiveAirflow, fleet
+    from devkit.live_airflow import LiveAirflow, fleet
 
     root = tmp_path_factory.mktemp("live-airflow")
     table_list = root / "scheduler_tables.yaml"

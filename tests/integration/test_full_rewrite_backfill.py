@@ -1,7 +1,7 @@
 """The daily full rewrite, backfilled by a live Airflow scheduler over three days of a five-day table.
 
 In Airflow 3 ``airflow backfill create`` only creates the runs; a running scheduler executes them: the suite's
-live ``airflow standalone`` (``live_airflow.py``), with a fleet of 200 other tables in its table list.
+live ``airflow standalone`` (``devkit/live_airflow.py``), with a fleet of 200 other tables in its table list.
 """
 
 from __future__ import annotations

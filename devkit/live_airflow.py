@@ -1,12 +1,14 @@
 """A live Airflow for the tests that need the user's real path: scheduler, dag-processor, REST API and UI.
 
 ``airflow standalone`` (scheduler, dag-processor, triggerer, api-server; LocalExecutor) runs on a PostgreSQL
-metadata database of its own, in its own process group, which :meth:`LiveAirflow.stop` ends. The suite starts one
-per session (the ``live_airflow`` fixture in ``conftest.py``) and every test that needs one shares it: a start
-costs a minute or more on two cores.
+metadata database of its own, in its own process group, which :meth:`LiveAirflow.stop` ends. The test suite starts
+one per session (the ``live_airflow`` fixture in ``tests/integration/conftest.py``) and every test that needs one
+shares it: a start costs a minute or more on two cores. ``make bench`` starts one to time the rewrite tasks as a
+scheduler runs them.
 
-Its table list holds a fleet of 200 tables beside the ones tests add, and ``dagbag_import_timeout`` is left at
-Airflow's default, so every test here also runs with the parse cost of a fleet.
+The suite's table list holds a fleet of 200 tables (:func:`fleet`) beside the ones tests add, and
+``dagbag_import_timeout`` is left at Airflow's default, so every test that uses it also runs with the parse cost
+of a fleet.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import requests
 import yaml
 
 META_DB = "airflow_iceberg_test_scheduler"
-DAGS_FOLDER = Path(__file__).resolve().parents[2] / "dags"
+DAGS_FOLDER = Path(__file__).resolve().parents[1] / "dags"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
 #: The simple auth manager's users: an admin, and a viewer who may read but not edit.
 USERS = {"admin": ("admin", "admin-password"), "viewer": ("viewer", "viewer-password")}
@@ -56,8 +58,9 @@ def fleet(count: int) -> list[dict[str, Any]]:
 class LiveAirflow:
     """``airflow standalone`` on a fresh PostgreSQL metadata database, with the repository's DAG folder."""
 
-    def __init__(self, home: Path, table_list: Path) -> None:
+    def __init__(self, home: Path, table_list: Path, meta_db: str = META_DB) -> None:
         self.home = home
+        self.meta_db = meta_db
         self.table_list = table_list
         self.api_port = free_port()
         self.url = f"http://127.0.0.1:{self.api_port}"
@@ -66,7 +69,7 @@ class LiveAirflow:
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{META_DB}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{meta_db}",
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
@@ -98,8 +101,8 @@ class LiveAirflow:
     def start(self) -> None:
         # closing(), not `with connection`: psycopg2 wraps even an autocommit connection's block in a transaction.
         with closing(postgres()) as db, db.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS {META_DB} WITH (FORCE)")
-            cursor.execute(f"CREATE DATABASE {META_DB}")
+            cursor.execute(f"DROP DATABASE IF EXISTS {self.meta_db} WITH (FORCE)")
+            cursor.execute(f"CREATE DATABASE {self.meta_db}")
         self.cli("db", "migrate")
         self.process = subprocess.Popen(
             [AIRFLOW, "standalone"],
@@ -174,7 +177,7 @@ class LiveAirflow:
     # --- the metadata database and the REST API -------------------------------------------------------------
 
     def query(self, sql: str, *params: object) -> list[tuple]:
-        with closing(postgres(META_DB)) as db, db.cursor() as cursor:
+        with closing(postgres(self.meta_db)) as db, db.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
 
