@@ -30,17 +30,21 @@ def test_shipped_dag_folder_loads_without_import_errors(monkeypatch):
     assert [t.task_id for t in dag.topological_sort()][:2] == ["check_run_params", "close_gate"]
 
 
+#: Three tables, the second with a lease that is not a number.
+REFUNDS_ENTRY_IS_BAD = """
+tables:
+  - table: lake.sales.orders
+  - table: lake.sales.refunds
+    lease_seconds: many
+  - table: lake.sales.payments
+"""
+
+
 def test_bad_entry_is_an_import_error_naming_entry_and_field_and_good_tables_still_load(tmp_path, monkeypatch):
     use_table_list(
         tmp_path,
         monkeypatch,
-        """
-        tables:
-          - table: lake.sales.orders
-          - table: lake.sales.refunds
-            lease_seconds: many
-          - table: lake.sales.payments
-        """,
+        REFUNDS_ENTRY_IS_BAD,
     )
     bag = load_dag_folder()
     assert {"iceberg_compact__lake__sales__orders", "iceberg_compact__lake__sales__payments"} <= set(bag.dag_ids)
@@ -94,13 +98,7 @@ def test_a_tasks_process_builds_only_its_own_dag_and_reads_only_its_own_entry(tm
     use_table_list(
         tmp_path,
         monkeypatch,
-        """
-        tables:
-          - table: lake.sales.orders
-          - table: lake.sales.refunds
-            lease_seconds: many
-          - table: lake.sales.payments
-        """,
+        REFUNDS_ENTRY_IS_BAD,
     )
     # What the task runner sets while it parses the DAG file of the task it is about to run. Set through
     # monkeypatch: Airflow's own context manager leaves the variables set when they were unset before, and
