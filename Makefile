@@ -1,8 +1,10 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
 # make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it; then the rewrite
-#             tasks on a live Airflow against a bare spark-submit of the same CALLs
+#             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
+#             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
+# make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
 # make unit   the fast tests only (no servers); make docs  refresh the generated blocks in docs/
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
@@ -10,7 +12,7 @@ PY := .venv/airflow/bin/python
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit lint bench bench-parse docs clean
+.PHONY: setup demo test unit lint bench bench-parse faults docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +23,7 @@ demo: setup
 bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_tasks
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 
 test: setup lint
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
@@ -34,6 +37,9 @@ unit: setup
 
 bench-parse: setup
 	@$(ENV) $(PY) -m devkit.bench_parse
+
+faults: setup
+	@$(ENV) $(PY) -m devkit.faults
 
 docs: setup
 	@$(ENV) $(PY) -m devkit.docs

@@ -14,22 +14,19 @@ Supported catalog types (pyiceberg name -> Iceberg Spark catalog):
 - ``hive`` -> ``type=hive`` (``uri`` ``thrift://metastore:9083``)
 - ``glue`` -> ``catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog`` with ``S3FileIO``
 
-Secrets (passwords, REST credentials and tokens, S3 and AWS keys) never become Spark confs on a command line:
-they travel to the Spark job in one environment variable
-(:data:`~airflow_iceberg.spark_jobs.iceberg_call.SECRET_CONF_ENV`) that the job applies when it builds its
-session, or as the AWS SDK's own environment variables.
+Secrets (passwords, REST credentials, tokens and headers, S3 and AWS keys) never become Spark confs on a command
+line or in a driver's spec: they travel to the Spark job in its secrets file (``job_secrets.py``), which the job
+reads and applies to its session (secret confs) and its JVM (the AWS SDK's system properties). Spark's
+redaction (``spark.redaction.regex``, set below) hides them where Spark shows settings.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import make_url
-
-from airflow_iceberg.spark_jobs.iceberg_call import SECRET_CONF_ENV
 
 #: Spark settings every Iceberg procedure call needs.
 ICEBERG_SPARK_CONF = {
@@ -39,6 +36,8 @@ ICEBERG_SPARK_CONF = {
     # The progress bar redraws one stderr line with carriage returns, garbling the task log and the job's
     # result line in spark-submit's merged output.
     "spark.ui.showConsoleProgress": "false",
+    # Spark's default redaction (secret, password, token, access key) misses REST credentials and headers.
+    "spark.redaction.regex": r"(?i)secret|password|token|access[.-]?key|credential|header\.",
 }
 
 _S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -52,31 +51,34 @@ _S3_PROPERTIES = {
     "s3.session-token": "s3.session-token",
 }
 _SECRET_PROPERTIES = {"credential", "token", "s3.secret-access-key", "s3.session-token", "s3.access-key-id"}
+#: REST headers are secrets: they are where catalogs take API keys and bearer tokens.
+_SECRET_PREFIXES = ("header.",)
 # REST catalog properties that mean the same to pyiceberg and to Iceberg's Java RESTCatalog.
 _REST_PASSTHROUGH = ("warehouse", "credential", "token", "scope", "oauth2-server-uri", "prefix")
-# Glue: pyiceberg's static credentials become the AWS SDK's environment for the Spark job.
-_GLUE_ENV = {
-    "glue.access-key-id": "AWS_ACCESS_KEY_ID",
-    "glue.secret-access-key": "AWS_SECRET_ACCESS_KEY",
-    "glue.session-token": "AWS_SESSION_TOKEN",
+# Glue: pyiceberg's static credentials become the AWS SDK's system properties in the Spark driver's JVM.
+_GLUE_SYSTEM_PROPERTIES = {
+    "glue.access-key-id": "aws.accessKeyId",
+    "glue.secret-access-key": "aws.secretAccessKey",
+    "glue.session-token": "aws.sessionToken",
 }
 
 
 @dataclass(frozen=True)
 class SparkCatalogSettings:
-    """``spark.sql.catalog.<name>.*`` settings, and the secrets that reach the job through its environment."""
+    """``spark.sql.catalog.<name>.*`` settings, and the secrets that reach the job through its secrets file.
+
+    ``secret_conf`` are Spark settings the job sets on its session; ``system_properties`` are set in the
+    driver's JVM (the AWS SDK's credentials).
+    """
 
     conf: dict[str, str]
     secret_conf: dict[str, str] = field(default_factory=dict)
-    secret_env: dict[str, str] = field(default_factory=dict)
+    system_properties: dict[str, str] = field(default_factory=dict)
 
     @property
-    def job_env(self) -> dict[str, str]:
-        """Environment variables for the Spark job: the AWS ones, and the secret confs as one JSON value."""
-        env = dict(self.secret_env)
-        if self.secret_conf:
-            env[SECRET_CONF_ENV] = json.dumps(self.secret_conf, sort_keys=True)
-        return env
+    def job_secrets(self) -> dict[str, dict[str, str]]:
+        """The catalog's part of a job's secrets file."""
+        return {"spark_conf": dict(self.secret_conf), "system_properties": dict(self.system_properties)}
 
 
 def pyiceberg_properties(connection: Any) -> dict[str, Any]:
@@ -103,13 +105,13 @@ def spark_catalog_settings(catalog: str, properties: Mapping[str, Any]) -> Spark
             f"Iceberg catalog {catalog!r} has type {kind!r}; supported: {', '.join(builders)} "
             "(pyiceberg's names; 'sql' is Iceberg's JDBC catalog in Spark)"
         )
-    settings, secrets, env = builders[kind](catalog, properties)
+    settings, secrets, system_properties = builders[kind](catalog, properties)
     prefix = f"spark.sql.catalog.{catalog}"
     io_settings, io_secrets = _s3(properties)
     conf = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
     conf.update({f"{prefix}.{key}": str(value) for key, value in {**settings, **io_settings}.items()})
     secret_conf = {f"{prefix}.{key}": str(value) for key, value in {**secrets, **io_secrets}.items()}
-    return SparkCatalogSettings(conf=conf, secret_conf=secret_conf, secret_env=env)
+    return SparkCatalogSettings(conf=conf, secret_conf=secret_conf, system_properties=system_properties)
 
 
 def _required(catalog: str, properties: Mapping[str, Any], *keys: str) -> None:
@@ -121,8 +123,10 @@ def _required(catalog: str, properties: Mapping[str, Any], *keys: str) -> None:
 
 
 def _split_secrets(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    plain = {k: v for k, v in values.items() if k not in _SECRET_PROPERTIES}
-    return plain, {k: v for k, v in values.items() if k in _SECRET_PROPERTIES}
+    def secret(key: str) -> bool:
+        return key in _SECRET_PROPERTIES or key.startswith(_SECRET_PREFIXES)
+
+    return {k: v for k, v in values.items() if not secret(k)}, {k: v for k, v in values.items() if secret(k)}
 
 
 def _jdbc(catalog: str, properties: Mapping[str, Any]):
@@ -172,8 +176,8 @@ def _glue(catalog: str, properties: Mapping[str, Any]):
     region = properties.get("glue.region") or properties.get("client.region")
     if region:
         settings["client.region"] = region
-    env = {variable: str(properties[key]) for key, variable in _GLUE_ENV.items() if properties.get(key)}
-    return settings, {}, env
+    system = {name: str(properties[key]) for key, name in _GLUE_SYSTEM_PROPERTIES.items() if properties.get(key)}
+    return settings, {}, system
 
 
 def _s3(properties: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -194,5 +198,5 @@ def spark_settings_for_connection(catalog: str, iceberg_conn_id: str) -> SparkCa
     return SparkCatalogSettings(
         conf={**ICEBERG_SPARK_CONF, **settings.conf},
         secret_conf=settings.secret_conf,
-        secret_env=settings.secret_env,
+        system_properties=settings.system_properties,
     )

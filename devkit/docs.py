@@ -13,7 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
-from airflow_iceberg.spark_jobs.write_gate import WRITER_ACK_SQL, WRITER_CHECK_SQL
+from airflow_iceberg.spark_jobs import write_gate
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end: \2 -->)", re.DOTALL)
@@ -21,11 +21,8 @@ _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end: \2 -->)", re.
 
 def sources() -> dict[str, str]:
     """Each block name and the text its block shows."""
-    return {
-        SCHEMA_FILE: files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text(),
-        "WRITER_CHECK_SQL": WRITER_CHECK_SQL + "\n",
-        "WRITER_ACK_SQL": WRITER_ACK_SQL + "\n",
-    }
+    statements = {name: value + "\n" for name, value in vars(write_gate).items() if name.endswith("_SQL")}
+    return {SCHEMA_FILE: files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text(), **statements}
 
 
 def render(text: str) -> str:

@@ -56,9 +56,16 @@ def fleet(count: int) -> list[dict[str, Any]]:
 
 
 class LiveAirflow:
-    """``airflow standalone`` on a fresh PostgreSQL metadata database, with the repository's DAG folder."""
+    """``airflow standalone`` on a fresh PostgreSQL metadata database, with the repository's DAG folder.
 
-    def __init__(self, home: Path, table_list: Path, meta_db: str = META_DB) -> None:
+    :param home: Its ``AIRFLOW_HOME``.
+    :param table_list: The table list its DAG files read (``AIRFLOW_ICEBERG_CONFIG``).
+    :param meta_db: The PostgreSQL database it creates anew for its metadata.
+    :param reparse_seconds: How often the dag-processor parses a DAG file again: short, so that tables a test
+        adds appear soon; None keeps Airflow's default (30 s), as a deployment would.
+    """
+
+    def __init__(self, home: Path, table_list: Path, meta_db: str = META_DB, reparse_seconds: int | None = 5) -> None:
         self.home = home
         self.meta_db = meta_db
         self.table_list = table_list
@@ -80,11 +87,12 @@ class LiveAirflow:
             "AIRFLOW__API__PORT": str(self.api_port),
             # Task runners report to the api-server's Execution API: it must be the port chosen above.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             "AIRFLOW_ICEBERG_CONFIG": str(table_list),
             # standalone starts its scheduler, dag-processor, triggerer and api-server as `airflow` from PATH.
             "PATH": f"{Path(AIRFLOW).parent}{os.pathsep}{os.environ['PATH']}",
         }
+        if reparse_seconds is not None:
+            self.env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = str(reparse_seconds)
         for name in list(self.env):  # [core] dagbag_import_timeout stays at Airflow's default
             if name.endswith("DAGBAG_IMPORT_TIMEOUT"):
                 del self.env[name]

@@ -11,6 +11,7 @@ installed provider's Spark helpers (``iceberg_call.py``, ``write_gate.py``) besi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -24,10 +25,17 @@ from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.job_secrets import write_job_secrets
 from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
 from airflow_iceberg.spark_jobs.write_gate import GATE_PASSWORD_ENV
 
 WRITER_JOBS_DIR = Path(__file__).resolve().parent / "writer_jobs"
+#: Runs given SQL statements and prints a result line for each: the bare baseline of `make bench`, and a table
+#: builder for tests.
+BARE_CALLS_JOB = Path(__file__).resolve().with_name("bare_calls.py")
+#: Names the connection the writers reach the gate through, when it is not the table's own (Airflow's): the test
+#: suite sets it to a MySQL user with a writer's grants only.
+WRITER_CONN_ENV = "AIRFLOW_ICEBERG_WRITER_CONN_ID"
 #: The writers' spark-submit output is logged under airflow.task.hooks.<this>.
 LOGGER_NAME = "devkit.writers"
 
@@ -49,17 +57,18 @@ def spark_job_hook(
     """
     table = config.table
     catalog = spark_settings_for_connection(table.catalog, config.catalog_conn_id)
-    env = catalog.job_env
-    args = ["--table", str(table)]
+    env = {}
+    # The job reads and deletes it; its directory, empty then, stays behind in the temporary folder.
+    args = ["--table", str(table), "--job-secrets", str(write_job_secrets(catalog.job_secrets))]
     if gated:
-        gate = WriteGateHook.get_connection(config.write_gate_conn_id)
+        gate = WriteGateHook(os.environ.get(WRITER_CONN_ENV) or config.write_gate_conn_id).connection_settings()
         args += [
-            "--gate-host", gate.host or "127.0.0.1",
-            "--gate-port", str(gate.port or 3306),
-            "--gate-user", gate.login or "root",
-            "--gate-database", gate.schema,
+            "--gate-host", gate["host"],
+            "--gate-port", str(gate["port"]),
+            "--gate-user", gate["user"],
+            "--gate-database", gate["database"],
         ]  # fmt: skip
-        env[GATE_PASSWORD_ENV] = gate.password or ""
+        env[GATE_PASSWORD_ENV] = gate["password"]
     helpers = [
         SPARK_JOBS_DIR / "iceberg_call.py",
         SPARK_JOBS_DIR / "write_gate.py",
@@ -117,6 +126,27 @@ def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | N
     return summary
 
 
+def run_statements(config: TableConfig, statements: list[str], *, log_file: Path | None = None) -> list[dict]:
+    """Run Spark SQL ``statements`` in one Spark application on ``config``'s catalog, ungated, as a user would
+    type them into ``spark-sql``; return each statement's first result row ({} for none)."""
+    from airflow_iceberg.spark_jobs.iceberg_call import parse_result_line
+
+    rows: list[dict] = []
+
+    def keep_row(line: str) -> None:
+        row = parse_result_line(line)
+        if row is not None:
+            rows.append(row)
+
+    args = [arg for statement in statements for arg in ("--statement", statement)]
+    hook = spark_job_hook(config, args, name=f"statements-{config.table}", gated=False, log_file=log_file,
+                          on_line=keep_row)  # fmt: skip
+    hook.submit(str(BARE_CALLS_JOB))
+    if len(rows) != len(statements):
+        raise RuntimeError(f"{len(statements)} statements on {config.table} printed {len(rows)} result lines")
+    return rows
+
+
 def _running(process: psutil.Process) -> bool:
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
@@ -133,7 +163,10 @@ class IngestJob:
     :param rows_per_second: Events per second from the deterministic source.
     :param keys: Distinct keys the events upsert and delete.
     :param trigger_seconds: The writer's commit interval.
+    :param writer_id: Its id at the gate, kept across restarts.
     """
+
+    script = "gated_ingest.py"
 
     def __init__(
         self,
@@ -144,6 +177,7 @@ class IngestJob:
         rows_per_second: int = 40,
         keys: int = 300,
         trigger_seconds: float = 3.0,
+        writer_id: str = "gated-ingest",
     ) -> None:
         self.config = config
         self.workdir = workdir
@@ -151,6 +185,7 @@ class IngestJob:
         self.rows_per_second = rows_per_second
         self.keys = keys
         self.trigger_seconds = trigger_seconds
+        self.writer_id = writer_id
         self.status_file = workdir / "status.jsonl"
         self.stop_file = workdir / "stop"
         self._thread: threading.Thread | None = None
@@ -159,22 +194,26 @@ class IngestJob:
         self._processes: dict[int, tuple[psutil.Process, str]] = {}  # pid -> (process, its name)
         self.output: list[str] = []
 
-    def start(self) -> IngestJob:
-        """Start (or restart from the checkpoint) the streaming writer."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.stop_file.unlink(missing_ok=True)
-        args = [
+    def job_args(self) -> list[str]:
+        """The writer job's own options."""
+        return [
             "--checkpoint", str(self.workdir / "checkpoint"),
-            "--status-file", str(self.status_file),
-            "--stop-file", str(self.stop_file),
             "--rows-per-second", str(self.rows_per_second),
             "--keys", str(self.keys),
             "--trigger-seconds", str(self.trigger_seconds),
         ]  # fmt: skip
+
+    def start(self) -> IngestJob:
+        """Start (or restart, from the checkpoint) the writer."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.stop_file.unlink(missing_ok=True)
+        args = ["--status-file", str(self.status_file), "--stop-file", str(self.stop_file), *self.job_args()]
+        if self.gated:
+            args += ["--gate-writer-id", self.writer_id]
         hook = spark_job_hook(
             self.config,
             args,
-            name=f"gated-ingest-{self.config.table}",
+            name=f"{self.writer_id}-{self.config.table}",
             gated=self.gated,
             log_file=self.workdir / "spark-submit.log",
             on_line=self.output.append,
@@ -184,11 +223,11 @@ class IngestJob:
 
         def run() -> None:
             try:
-                hook.submit(str(WRITER_JOBS_DIR / "gated_ingest.py"))
+                hook.submit(str(WRITER_JOBS_DIR / self.script))
             except BaseException as error:  # reported by stop() and batches()
                 self._error = error
 
-        self._thread = threading.Thread(target=run, name="gated-ingest", daemon=True)
+        self._thread = threading.Thread(target=run, name=self.writer_id, daemon=True)
         self._thread.start()
         return self
 
@@ -257,3 +296,34 @@ class IngestJob:
     def remove(self) -> None:
         """Delete the job's working directory (checkpoint, status, log)."""
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class BatchInsertJob(IngestJob):
+    """The reference batch writer, ``devkit/writer_jobs/batch_inserts.py``, running in the background: a second
+    writer of a streaming writer's table, inserting new keys from ``first_key`` on, ``rows`` at a time.
+
+    :param first_key: Its keys start here, apart from the streaming writer's.
+    :param rows: Rows per batch.
+    :param interval_seconds: Seconds between batches.
+    """
+
+    script = "batch_inserts.py"
+
+    def __init__(
+        self,
+        config: TableConfig,
+        workdir: Path,
+        *,
+        first_key: int,
+        rows: int = 10,
+        interval_seconds: float = 2.0,
+        writer_id: str = "batch-inserts",
+    ) -> None:
+        super().__init__(config, workdir, writer_id=writer_id)
+        self.first_key = first_key
+        self.rows = rows
+        self.interval_seconds = interval_seconds
+
+    def job_args(self) -> list[str]:
+        return ["--first-key", str(self.first_key), "--rows", str(self.rows),
+                "--interval-seconds", str(self.interval_seconds)]  # fmt: skip

@@ -14,13 +14,20 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 #: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
 RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
+#: The line prefix the Spark job prints behind the reason it stopped: its run no longer holds the write gate.
+LEASE_LOST_MARKER = "AIRFLOW_ICEBERG_LEASE_LOST "
 
-#: Environment variable that carries secret Spark settings (a JDBC password, REST credentials, S3 keys) to the
-#: Spark job as a JSON object, so they never appear on a command line, in rendered templates or in logs.
-SECRET_CONF_ENV = "AIRFLOW_ICEBERG_SECRET_CONF"
+#: The name of a job's secrets file: a JSON object, mode 0600, that the job reads and then deletes. It carries
+#: secret Spark settings (a JDBC password, REST credentials, tokens and headers, S3 keys) under ``spark_conf``,
+#: JVM system properties (AWS keys) under ``system_properties``, and the write gate's connection under ``gate``,
+#: so none of them is ever on a command line, in a driver's spec, in rendered templates or in logs. In local and
+#: client deploy modes the job gets the file's path; in cluster modes spark-submit ships it with ``--files``.
+JOB_SECRETS_FILE = "airflow-iceberg-job-secrets.json"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -275,11 +282,38 @@ def create_streaming_table_statements(table: TableName, columns: str, partitione
     ]
 
 
-def with_secret_conf(builder, environ: Mapping[str, str]):
-    """``builder`` (a ``SparkSession.Builder``) with the secret settings from :data:`SECRET_CONF_ENV` applied."""
-    for key, value in json.loads(environ.get(SECRET_CONF_ENV) or "{}").items():
-        builder = builder.config(key, value)
-    return builder
+def read_job_secrets(location: str | None) -> dict[str, Any]:
+    """The job's secrets, from ``location``, and the file deleted once read; ``{}`` without a location.
+
+    ``location`` is a local path (local and client deploy modes), or the name of a file spark-submit shipped
+    with ``--files`` (cluster modes), found in the working directory or through ``SparkFiles`` (so call this
+    once the Spark session exists).
+    """
+    if not location:
+        return {}
+    path = Path(location)
+    if not path.is_file():
+        from pyspark import SparkFiles
+
+        path = Path(SparkFiles.get(path.name))
+    secrets = json.loads(path.read_text())
+    try:
+        path.unlink()
+    except OSError:  # a read-only copy (a cluster's staging area): the cluster removes it with the application
+        pass
+    return secrets
+
+
+def apply_job_secrets(spark: Any, secrets: Mapping[str, Any]) -> None:
+    """Set the secret Spark settings on ``spark``'s session and the system properties in its driver's JVM.
+
+    Catalogs are created when first used, so a catalog's secret settings take effect if set before that.
+    """
+    for key, value in secrets.get("spark_conf", {}).items():
+        spark.conf.set(key, value)
+    system = spark.sparkContext._jvm.java.lang.System
+    for key, value in secrets.get("system_properties", {}).items():
+        system.setProperty(key, value)
 
 
 def format_result_line(result: Mapping[str, object]) -> str:
@@ -301,3 +335,28 @@ def parse_result_line(line: str) -> dict[str, object] | None:
     except ValueError:
         return None
     return result if isinstance(result, dict) else None
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(signal_number: int | None = None) -> None:
+    """Have Linux send this process ``signal_number`` (SIGKILL) when its parent process dies; elsewhere, nothing.
+
+    A Spark job started by spark-submit in local or client deploy mode is a child of spark-submit's JVM, which
+    is a child of the Airflow task: with this in both, killing the task ends the Spark work within moments. If
+    the parent is already gone, the process exits at once.
+    """
+    import ctypes
+    import os
+    import signal
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal_number or signal.SIGKILL, 0, 0, 0) != 0:
+        return  # not allowed here (a restricted sandbox): the lease still bounds the work
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)

@@ -2,10 +2,21 @@
 
 Submitted by ``IcebergRewriteOperator`` (``spark-submit run_procedure.py --table ... --procedure ...``). The
 catalog's settings arrive as ``spark.sql.catalog.<name>.*`` confs from spark-submit; its secrets (a JDBC
-password, REST credentials) arrive in an environment variable so that they never show on a command line.
+password, REST credentials) arrive in the job's secrets file (``--job-secrets``), which the job reads and deletes,
+so that they never show on a command line.
 
-Exit status 0 means the procedure committed (or had nothing to do); anything else means the table is unchanged
-by this job, since an Iceberg procedure commits atomically or not at all.
+Behind a write gate (the secrets file then holds the gate's connection and the run that holds it), the job
+renews the run's lease while it works (``LeaseKeeper``): once right before the ``CALL``, which never starts on a
+lease that has ended, then from a thread. When a renewal finds the run no longer holds the gate, or the lease is
+about to end without one (MySQL away, or the pause's ceiling reached), it cancels the Spark jobs and exits with
+:data:`LEASE_LOST_EXIT`, before writers resume.
+
+In local and client deploy modes the job dies with the spark-submit that started it (Linux parent-death signal),
+so a killed Airflow task leaves no Spark job running.
+
+Exit status 0 means the procedure committed (or had nothing to do); anything else means this job committed
+nothing after its last completed commit: an Iceberg procedure commits atomically or not at all, and with
+partial progress each file group on its own.
 """
 
 from __future__ import annotations
@@ -14,8 +25,21 @@ import argparse
 import json
 import os
 import sys
+import threading
 
-from iceberg_call import TableName, build_call, format_result_line, with_secret_conf
+from iceberg_call import (
+    LEASE_LOST_MARKER,
+    TableName,
+    apply_job_secrets,
+    build_call,
+    die_with_parent,
+    format_result_line,
+    read_job_secrets,
+)
+from write_gate import GateLease, LeaseKeeper, LeaseLostError, holder_connection
+
+#: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).
+LEASE_LOST_EXIT = 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,10 +49,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--options", default="{}", help="JSON object of procedure options")
     parser.add_argument("--where", default=None, help="Spark SQL predicate that selects partitions")
     parser.add_argument("--arguments", default="{}", help="JSON object of the procedure's other arguments")
+    parser.add_argument("--job-secrets", default=None, help="the job's secrets file: a path, or a --files name")
     return parser.parse_args(argv)
 
 
+def lease_keeper(gate: dict, on_lost):
+    """A ``LeaseKeeper`` for the run the secrets file names."""
+
+    def connect():
+        return holder_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
+
+    lease = GateLease(gate["table"], gate["dag_id"], gate["run_id"], connect)
+    return LeaseKeeper.for_lease(lease, float(gate["lease_seconds"]), on_lost)
+
+
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     args = parse_args(argv)
     table = TableName.parse(args.table)
     # Validate everything before Spark starts: a bad value fails in a second and touches nothing.
@@ -36,14 +72,43 @@ def main(argv: list[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(f"iceberg-{args.procedure}-{table}")
-    spark = with_secret_conf(builder, os.environ).getOrCreate()
+    spark = SparkSession.builder.appName(f"iceberg-{args.procedure}-{table}").getOrCreate()
+    keeper = None
     try:
+        secrets = read_job_secrets(args.job_secrets)
+        apply_job_secrets(spark, secrets)
+        if secrets.get("gate"):
+
+            def stop_the_work(reason: str) -> None:
+                print(LEASE_LOST_MARKER + reason, flush=True)
+                spark.sparkContext.cancelAllJobs()
+                # The main thread exits once its CALL fails; if it is past its Spark jobs (committing), this
+                # ends the process before the lease does.
+                exit_soon = threading.Timer(keeper.margin / 2, os._exit, (LEASE_LOST_EXIT,))
+                exit_soon.daemon = True  # a CALL that returns first ends the job normally
+                exit_soon.start()
+
+            keeper = lease_keeper(secrets["gate"], stop_the_work)
+            keeper.start()  # raises LeaseLostError if the lease has ended: the CALL never starts then
         print(f"Running: {statement}", flush=True)
         rows = spark.sql(statement).collect()
+        # The CALL returned, so the procedure committed: its result stands even if the lease was lost meanwhile
+        # (Iceberg validated that commit against every writer's).
         result = rows[0].asDict() if rows else {}
         print(format_result_line(result), flush=True)
+        if keeper is not None and keeper.lost:
+            print(f"The procedure finished and committed as its lease was lost: {keeper.lost}", flush=True)
+    except Exception as error:
+        lost = keeper.lost if keeper is not None else None
+        if lost is None and isinstance(error, LeaseLostError):
+            lost = str(error)
+        if lost is None:
+            raise
+        print(LEASE_LOST_MARKER + lost, flush=True)
+        return LEASE_LOST_EXIT
     finally:
+        if keeper is not None:
+            keeper.stop()
         spark.stop()
     return 0
 

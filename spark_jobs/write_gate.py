@@ -8,13 +8,17 @@ closing DAG crashed stops pausing writers when its lease ends.
 
 Typical use, before every commit::
 
-    gate = WriteGateClient.connect("lake.db.events", host="mysql", user="writer", password=..., database="gates")
+    gate = WriteGateClient.connect("lake.db.events", host="mysql", user="writer", password=..., database="gates",
+                                   writer_id="events-ingest")
     gate.wait_until_open(last_snapshot_id=last_committed_snapshot_id)
     commit()
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +31,20 @@ GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
 #: The gate's tables, as ``airflow_iceberg/hooks/write_gate.sql`` defines them (a unit test holds the two together).
 GATE_TABLE = "iceberg_write_gate"
 AUDIT_TABLE = "iceberg_write_gate_audit"
+WRITER_TABLE = "iceberg_write_gate_writer"
+
+#: How often, at least, a writer says it is there; a compaction waits for every writer seen within
+#: :data:`WRITER_SEEN_WINDOW_SECONDS` (or a lease, if longer) of its closing, so this must stay well below that.
+REGISTER_EVERY_SECONDS = 10.0
+#: The least time before a gate's closing within which a writer counts as present (see above).
+WRITER_SEEN_WINDOW_SECONDS = 60.0
+
+#: A writer says it is there (parameters: table, writer id) at its first look at the gate and then at least every
+#: :data:`REGISTER_EVERY_SECONDS`, in a transaction of its own that commits before the look: a compaction waits
+#: for the acknowledgement of every writer seen recently, so a writer must be visible before it may commit.
+WRITER_REGISTER_SQL = f"""INSERT INTO {WRITER_TABLE} (table_name, writer_id, seen_at)
+VALUES (%s, %s, NOW(6))
+ON DUPLICATE KEY UPDATE seen_at = NOW(6)"""
 
 #: The one query a writer runs before each commit. No row for the table means the gate was never closed.
 #: ``lease_seconds_left`` lets a writer keep obeying a pause, by its own monotonic clock, while MySQL is away.
@@ -36,13 +54,71 @@ WRITER_CHECK_SQL = f"""SELECT state = 'closed' AND lease_expires_at > NOW(6) AS 
 FROM {GATE_TABLE}
 WHERE table_name = %s"""
 
-#: How a paused writer acknowledges: when it paused (database clock) and its last committed snapshot. Only a
-#: gate that still pauses writers takes the acknowledgement.
-WRITER_ACK_SQL = f"""UPDATE {GATE_TABLE}
-SET writer_ack_at = NOW(6), writer_ack_snapshot_id = %s
-WHERE table_name = %s AND state = 'closed' AND lease_expires_at > NOW(6)"""
+#: How a paused writer acknowledges (parameters: its last committed snapshot id, table, writer id): when it
+#: paused (database clock) and its last committed snapshot. Only a gate that still pauses writers takes it.
+WRITER_ACK_SQL = f"""UPDATE {WRITER_TABLE} w JOIN {GATE_TABLE} g ON g.table_name = w.table_name
+SET w.ack_at = NOW(6), w.ack_snapshot_id = %s, w.seen_at = NOW(6)
+WHERE w.table_name = %s AND w.writer_id = %s AND g.state = 'closed' AND g.lease_expires_at > NOW(6)"""
+
+#: A writer that stops for good says so (parameters: table, writer id), so compactions stop waiting for it.
+WRITER_LEAVE_SQL = f"""UPDATE {WRITER_TABLE} SET seen_at = NULL, ack_at = NULL
+WHERE table_name = %s AND writer_id = %s"""
+
+#: How the run holding a gate renews its lease (parameters: table, owner DAG id, owner run id): by the lease it
+#: closed with, never past the pause's deadline, and only while it still holds the gate. Run by the holder's
+#: tasks through WriteGateHook, and by the rewrite's Spark driver (:class:`LeaseKeeper`) while it works.
+HOLDER_RENEW_SQL = f"""UPDATE {GATE_TABLE}
+SET lease_expires_at = LEAST(NOW(6) + INTERVAL lease_seconds SECOND,
+                             COALESCE(pause_deadline, NOW(6) + INTERVAL lease_seconds SECOND))
+WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
+  AND state = 'closed' AND lease_expires_at > NOW(6)"""
+
+#: What the holder's lease has left after a renewal (same parameters); no row: the run no longer holds the gate.
+HOLDER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left,
+       lease_expires_at >= pause_deadline AS at_pause_deadline
+FROM {GATE_TABLE}
+WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
+  AND state = 'closed' AND lease_expires_at > NOW(6)"""
+
+#: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. A holder
+#: that freezes inside such a transaction (a stopped process, a paused VM, a lost network) keeps its row lock
+#: until the server drops its connection: after ``wait_timeout`` seconds, here, instead of MySQL's default of
+#: eight hours, so it never blocks the next run or a force-open for long. Its transactions take milliseconds.
+#: Whoever waits for that lock waits longer than that (``innodb_lock_wait_timeout``), and less than the
+#: client's read timeout, so it gets the gate instead of an error.
+HOLDER_SESSION_SETTINGS = "SET SESSION time_zone = '+00:00', wait_timeout = 20, innodb_lock_wait_timeout = 25"
+#: Seconds a holder's client waits for one answer: longer than any lock wait above.
+HOLDER_READ_TIMEOUT = 30
+
+
+def holder_connection(host: str, port: int, user: str, password: str, database: str, **kwargs: Any) -> Any:
+    """A new pymysql connection for the run that closes, renews or opens gates, in :data:`HOLDER_SESSION_SETTINGS`."""
+    import pymysql
+
+    return pymysql.connect(
+        host=host, port=int(port), user=user, password=password, database=database, autocommit=False,
+        init_command=HOLDER_SESSION_SETTINGS, connect_timeout=10, read_timeout=HOLDER_READ_TIMEOUT,
+        write_timeout=HOLDER_READ_TIMEOUT, **kwargs,
+    )  # fmt: skip
+
 
 _NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed
+#: MySQL errors that mean the writer's user may not do what the protocol needs: database, login, table and column
+#: access denied. pymysql raises them as OperationalError, like an outage; they are a misconfiguration, and a
+#: writer that took them for an outage would commit through a closed gate.
+_ACCESS_DENIED = frozenset({1044, 1045, 1142, 1143})
+
+
+class WriteGateAccessError(RuntimeError):
+    """The writer's MySQL user may not read the gate or report to it: fix its grants, don't write ungated."""
+
+
+def _raise_if_denied(error: Exception, table: str) -> None:
+    if error.args and error.args[0] in _ACCESS_DENIED:
+        raise WriteGateAccessError(
+            f"the write gate of {table} refused this writer's MySQL user ({error.args[-1]}): a writer needs SELECT on "
+            f"{GATE_TABLE} and SELECT, INSERT, UPDATE on {WRITER_TABLE} (docs/write-gate-protocol.md)"
+        ) from error
 
 
 @dataclass(frozen=True)
@@ -58,6 +134,26 @@ class WriterVerdict:
 def check_gate(connection: Any, table: str) -> WriterVerdict:
     """Run :data:`WRITER_CHECK_SQL` for ``table`` (``catalog.namespace.table``) on a pymysql connection."""
     return _read_gate(connection, table)[0]
+
+
+def default_writer_id() -> str:
+    """``<host>:<pid>``: unique among running writers, but new at every restart."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:200]
+
+
+def _register(connection: Any, table: str, writer_id: str) -> None:
+    """Run :data:`WRITER_REGISTER_SQL` and commit it, so the registration is visible before the writer looks."""
+    import pymysql
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(WRITER_REGISTER_SQL, (table, writer_id))
+    except pymysql.err.ProgrammingError as error:
+        if error.args[0] != _NO_SUCH_TABLE:
+            raise
+        connection.rollback()  # no gate tables yet: nothing is gated, nobody waits for this writer
+        return
+    connection.commit()
 
 
 def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
@@ -88,8 +184,15 @@ class WriteGateClient:
     obeying the last verdict it read, until that verdict's lease ends by the writer's own monotonic clock: a
     closed gate never pauses the writer past its lease, and an outage never pauses it longer than that.
 
+    It registers as ``writer_id`` (:data:`WRITER_REGISTER_SQL`) at its first look and then every
+    :data:`REGISTER_EVERY_SECONDS`, and it acknowledges a pause under that id, so several writers of one table
+    are each waited for. A MySQL user without the protocol's
+    grants is an error (:class:`WriteGateAccessError`), never taken for an outage.
+
     :param table: The table, ``catalog.namespace.table``.
     :param connect: Returns a new pymysql connection to the gate's database; called again after a failure.
+    :param writer_id: This writer's name at the gate, at most 200 characters; keep it across restarts (the job's
+        name, say). Default: host name and process id.
     :param poke_interval: Seconds between checks while the gate is closed.
     :param clock: Monotonic clock, in seconds.
     :param sleep: Waits the given seconds; with ``clock``, replaceable to run the outage rule on a fake clock.
@@ -101,12 +204,14 @@ class WriteGateClient:
         table: str,
         connect: Callable[[], Any],
         *,
+        writer_id: str | None = None,
         poke_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
     ) -> None:
         self.table = table
+        self.writer_id = writer_id or default_writer_id()
         self._connect = connect
         self._connection: Any = None
         self.poke_interval = poke_interval
@@ -115,6 +220,7 @@ class WriteGateClient:
         self._log = log
         self._last = WriterVerdict(paused=False, lease_expires_at=None)
         self._pause_ends_at = 0.0  # by self._clock, for the last verdict read
+        self._register_due = float("-inf")  # by self._clock: the first look always registers
 
     @classmethod
     def connect(
@@ -159,12 +265,16 @@ class WriteGateClient:
         self._connection = None
 
     def verdict(self) -> WriterVerdict:
-        """Read the gate; if MySQL cannot be reached, the last verdict read while its lease lasts."""
+        """Register (when due), then read the gate; if MySQL is away, the last verdict read while its lease lasts."""
         import pymysql
 
         try:
+            if self._clock() >= self._register_due:
+                _register(self._db(), self.table, self.writer_id)
+                self._register_due = self._clock() + REGISTER_EVERY_SECONDS
             verdict, seconds_left = _read_gate(self._db(), self.table)
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            _raise_if_denied(error, self.table)
             self._drop_connection()
             still_paused = self._last.paused and self._clock() < self._pause_ends_at
             self._log(
@@ -189,11 +299,13 @@ class WriteGateClient:
 
         try:
             db = self._db()
+            _register(db, self.table, self.writer_id)  # the acknowledgement updates this writer's own row
             with db.cursor() as cursor:
-                cursor.execute(WRITER_ACK_SQL, (last_snapshot_id, self.table))
-                taken = cursor.rowcount == 1
+                cursor.execute(WRITER_ACK_SQL, (last_snapshot_id, self.table, self.writer_id))
+                taken = cursor.rowcount >= 1
             db.commit()
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            _raise_if_denied(error, self.table)
             self._drop_connection()
             self._log(f"could not acknowledge the pause of {self.table}: {error}")
             return False
@@ -220,16 +332,35 @@ class WriteGateClient:
         self._log(f"write gate of {self.table} open after {waited:.1f} s; resuming commits")
         return waited
 
+    def leave(self) -> None:
+        """Tell the gate this writer has stopped, so compactions no longer wait for its acknowledgement.
+
+        A writer that starts again registers again at its next look. Best effort: if MySQL is away, the
+        compaction stops counting this writer once it has not been seen for a lease. A writer that only
+        restarts need not leave.
+        """
+        import pymysql
+
+        try:
+            db = self._db()
+            with db.cursor() as cursor:
+                cursor.execute(WRITER_LEAVE_SQL, (self.table, self.writer_id))
+            db.commit()
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, pymysql.err.ProgrammingError, OSError):
+            self._drop_connection()
+
     def close(self) -> None:
+        """Drop the connection; the writer stays registered (call :meth:`leave` first when it stops for good)."""
         self._drop_connection()
 
 
 def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:
-    """Add ``--gate-host``, ``--gate-port``, ``--gate-user`` and ``--gate-database`` to an argparse parser."""
+    """Add ``--gate-host``, ``--gate-port``, ``--gate-user``, ``--gate-database`` and ``--gate-writer-id``."""
     parser.add_argument("--gate-host", default="127.0.0.1")
     parser.add_argument("--gate-port", type=int, default=3306)
     parser.add_argument("--gate-user", default="root")
     parser.add_argument("--gate-database", default=None, help=f"the gate's database; {ungated_help}")
+    parser.add_argument("--gate-writer-id", default=None, help="this writer's name at the gate (default: host:pid)")
 
 
 def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **kwargs: Any) -> WriteGateClient | None:
@@ -243,5 +374,183 @@ def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **k
         user=args.gate_user,
         password=environ.get(GATE_PASSWORD_ENV, ""),
         database=args.gate_database,
+        writer_id=args.gate_writer_id,
         **kwargs,
     )
+
+
+class LeaseLostError(RuntimeError):
+    """The run no longer holds the gate (its lease ended, it was taken over or forced open): stop the work."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A renewed lease: seconds left by the database clock, and whether it now ends at the pause's deadline."""
+
+    seconds_left: float
+    at_pause_deadline: bool
+
+
+class GateLease:
+    """The holder's side of a gate: renew the lease of a gate one DAG run holds.
+
+    :param table: The table, ``catalog.namespace.table``.
+    :param dag_id: DAG id of the run that holds the gate.
+    :param run_id: Run id of the run that holds the gate.
+    :param connect: Returns a new pymysql connection to the gate's database.
+    """
+
+    def __init__(self, table: str, dag_id: str, run_id: str, connect: Callable[[], Any]) -> None:
+        self.table = table
+        self.owner = (dag_id, run_id)
+        self._connect = connect
+
+    def renew(self) -> Lease:
+        """Renew the lease; raise :class:`LeaseLostError` if the run no longer holds the gate.
+
+        MySQL errors propagate: an unreachable database is not a lost lease, but the caller must stop working
+        before the last lease it got runs out.
+        """
+        import pymysql
+
+        connection = self._connect()
+        try:
+            with connection.cursor(pymysql.cursors.DictCursor) as cursor:
+                cursor.execute(HOLDER_RENEW_SQL, (self.table, *self.owner))
+                cursor.execute(HOLDER_LEASE_SQL, (self.table, *self.owner))
+                row = cursor.fetchone()
+            connection.commit()
+        finally:
+            connection.close()
+        if row is None:
+            raise LeaseLostError(
+                f"the write gate of {self.table} is no longer held by dag {self.owner[0]!r} run {self.owner[1]!r}: "
+                "its lease ended, another run took it over, or someone forced it open"
+            )
+        return Lease(float(row["lease_seconds_left"]), bool(row["at_pause_deadline"]))
+
+
+class LeaseKeeper:
+    """Keep renewing a gate's lease from a daemon thread while work runs, and stop the work before it ends.
+
+    :meth:`start` renews once, at once (so the work never starts on a lost lease), then two daemon threads run:
+    one renews every ``every`` seconds, the other watches the deadline. ``on_lost`` is called once, with the
+    reason, when a renewal finds the run no longer holds the gate, or when the lease is within ``margin`` seconds
+    of its end (MySQL unreachable, a renewal hanging, or the lease capped at the pause's deadline). The watch does
+    not wait for a renewal to return: one that hangs on a dead network or a row lock cannot hold the work past
+    the lease. Writers resume when the lease ends, so the work must be stopped by then: ``margin`` is the time
+    ``on_lost`` has for that. The lease's end is counted from before each renewal was sent, so it is never
+    later than the database's own.
+
+    :param lease: The gate's lease, as its holder renews it.
+    :param on_lost: Stops the work; called once, from one of the keeper's threads.
+    :param every: Seconds between renewals.
+    :param margin: Seconds before the lease ends at which the work is stopped if the lease cannot be extended.
+    :param clock: Monotonic clock, in seconds.
+    :param wait: Waits up to the given seconds and returns whether the keeper was stopped meanwhile; with
+        ``clock``, replaceable to run the keeper on a fake clock.
+    :param log: Where renewal messages go.
+    """
+
+    def __init__(
+        self,
+        lease: GateLease,
+        on_lost: Callable[[str], None],
+        *,
+        every: float,
+        margin: float,
+        clock: Callable[[], float] = time.monotonic,
+        wait: Callable[[float], bool] | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.lease = lease
+        self.on_lost = on_lost
+        self.every = every
+        self.margin = margin
+        self._clock = clock
+        self._log = log
+        self._ends_at = 0.0  # by self._clock: when the last lease renewed ends
+        self._at_pause_deadline = False  # whether that lease ends at the pause's ceiling
+        self._stopped = threading.Event()
+        self._wait = wait or self._stopped.wait
+        self._threads: list[threading.Thread] = []
+        self._lost_once = threading.Lock()
+        self.lost: str | None = None
+
+    @classmethod
+    def for_lease(cls, lease: GateLease, lease_seconds: float, on_lost: Callable[[str], None], **kwargs: Any):
+        """A keeper that renews a quarter of the lease at a time and stops the work a quarter early (2-15 s)."""
+        return cls(lease, on_lost, every=max(1.0, lease_seconds / 4), margin=max(2.0, min(15.0, lease_seconds / 4)),
+                   **kwargs)  # fmt: skip
+
+    def renew_now(self) -> Lease:
+        """Renew at once; raise :class:`LeaseLostError` if the run no longer holds the gate or too little is left."""
+        sent = self._clock()
+        renewed = self.lease.renew()
+        self._ends_at = max(self._ends_at, sent + renewed.seconds_left)
+        self._at_pause_deadline = renewed.at_pause_deadline
+        if renewed.seconds_left <= self.margin:
+            raise LeaseLostError(self._ceiling_reached(renewed.seconds_left))
+        return renewed
+
+    def start(self) -> Lease:
+        """Renew once (raising :class:`LeaseLostError` if lost), then keep renewing and watching in daemon threads."""
+        renewed = self.renew_now()
+        for name, target in (("gate-lease-keeper", self._run), ("gate-lease-watch", self._watch)):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return renewed
+
+    def stop(self) -> None:
+        self._stopped.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def _ceiling_reached(self, seconds_left: float) -> str:
+        return (
+            f"the write gate of {self.lease.table} has {seconds_left:.1f} s of lease left and reached the pause's "
+            "ceiling (max_pause_seconds): no work may start or go on"
+        )
+
+    def _lose(self, reason: str) -> None:
+        with self._lost_once:
+            if self.lost is not None:
+                return
+            self.lost = reason
+        self._log(f"lease lost: {reason}")
+        self.on_lost(reason)
+
+    def _run(self) -> None:
+        """Renew every ``every`` seconds, and once more just before the watch would give up."""
+        import pymysql
+
+        while self.lost is None:
+            stop_at = self._ends_at - self.margin
+            if self._wait(max(0.0, min(self.every, stop_at - self._clock()))) or self.lost is not None:
+                return
+            try:
+                self.renew_now()
+            except LeaseLostError as error:
+                self._lose(str(error))
+                return
+            except (pymysql.err.MySQLError, OSError) as error:
+                self._log(f"could not renew the lease of {self.lease.table} ({error}); trying again")
+                if self._wait(min(self.every, 1.0)):  # no busy loop while MySQL is away
+                    return
+
+    def _watch(self) -> None:
+        """Stop the work ``margin`` seconds before the lease ends, whatever the renewals are doing."""
+        while self.lost is None:
+            left = self._ends_at - self.margin - self._clock()
+            if left <= 0:
+                seconds = max(0.0, self._ends_at - self._clock())
+                self._lose(
+                    self._ceiling_reached(seconds)
+                    if self._at_pause_deadline
+                    else f"the lease of the write gate of {self.lease.table} ends in under {self.margin:.0f} s and "
+                    "could not be renewed: writers resume when it ends"
+                )
+                return
+            if self._wait(left):
+                return

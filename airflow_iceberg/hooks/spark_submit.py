@@ -1,13 +1,32 @@
-"""spark-submit for this provider's Spark jobs: the Spark provider's hook, also reading the job's result line."""
+"""spark-submit for this provider's Spark jobs: the Spark provider's hook, reading the job's result line, and
+dying with the Airflow task that started it."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
+import signal
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_iceberg.spark_jobs.iceberg_call import parse_result_line
+from airflow_iceberg.spark_jobs.iceberg_call import LEASE_LOST_MARKER, parse_result_line
+
+# Loaded before any fork: the function that runs in the child between fork and exec may not import anything.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """In spark-submit's process, before it runs: be killed when ``parent`` (the Airflow task) dies."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the task died before the signal was armed
+        os._exit(1)
+
 
 #: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
 #: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
@@ -23,8 +42,13 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     In local and client deploy modes spark-submit's output includes the driver's stdout, where the jobs in
     ``airflow_iceberg.spark_jobs`` print their result (``format_result_line``); :attr:`result` holds the last
     one seen, or None (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
-    holds the first line that reports an Iceberg commit conflict, or None. The hook still processes and logs
+    holds the first line that reports an Iceberg commit conflict, or None; :attr:`lease_lost` the reason the
+    job gave for stopping because its run lost the write gate, or None. The hook still processes and logs
     every line itself (application ids, driver ids, the log tail of a failure).
+
+    spark-submit runs with Linux's parent-death signal set to SIGKILL: when the Airflow task's process dies
+    (killed, out of memory), spark-submit's JVM dies with it, and in local and client deploy modes so does the
+    job's driver, which sets the same signal for itself.
 
     :param on_line: Called with each stripped line of spark-submit's output, after the hook has seen it.
     :param logger_name: Name of the hook's logger under ``airflow.task.hooks``, as for any Airflow hook (the
@@ -46,6 +70,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         self.on_line = on_line
         self.result: dict[str, Any] | None = None
         self.commit_conflict: str | None = None
+        self.lease_lost: str | None = None
         if logger_name is not None:
             self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
 
@@ -62,6 +87,10 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         adopted._capture(None, None)
         return adopted
 
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        kwargs.setdefault("preexec_fn", functools.partial(_die_with_parent, os.getpid()))
+        return super().submit(application, **kwargs)
+
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         def read(lines: Iterator[Any]) -> Iterator[Any]:
             for raw in lines:
@@ -72,6 +101,8 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
                     self.result = result
                 if self.commit_conflict is None and any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
                     self.commit_conflict = line
+                if LEASE_LOST_MARKER in line:
+                    self.lease_lost = line.split(LEASE_LOST_MARKER, 1)[1]
                 if self.on_line is not None:
                     self.on_line(line)
 

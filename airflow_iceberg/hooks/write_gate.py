@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pymysql
@@ -23,26 +23,41 @@ from airflow.sdk import BaseHook
 from airflow_iceberg.hooks import write_gate_schema
 from airflow_iceberg.hooks.write_gate_schema import WriteGateSchemaError
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from airflow_iceberg.spark_jobs.write_gate import AUDIT_TABLE, GATE_TABLE
+from airflow_iceberg.spark_jobs.write_gate import (
+    AUDIT_TABLE,
+    GATE_TABLE,
+    HOLDER_RENEW_SQL,
+    WRITER_SEEN_WINDOW_SECONDS,
+    WRITER_TABLE,
+    GateLease,
+    holder_connection,
+)
 
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
 _SELECT = (
-    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, opened_at,"
-    f" writer_ack_at, writer_ack_snapshot_id, NOW(6) AS database_now FROM {GATE_TABLE} WHERE table_name = %s"
+    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
+    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE} WHERE table_name = %s"
 )
 
-# Applied only after decide_close allowed it, on the row locked by _locked_state. A holder's re-close keeps
-# its original close time.
+_SELECT_WRITERS = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
+    WHERE table_name = %s ORDER BY writer_id"""
+
+# Applied only after decide_close allowed it, on the row locked by _locked_state, and followed by the holder's
+# renewal (HOLDER_RENEW_SQL), which caps the lease at the pause's deadline. A holder's re-close keeps its
+# original close time and deadline.
 _CLOSE = f"""UPDATE {GATE_TABLE}
     SET closed_at = IF(%(renew)s, closed_at, NOW(6)), state = 'closed',
-        owner_dag_id = %(dag_id)s, owner_run_id = %(run_id)s,
+        owner_dag_id = %(dag_id)s, owner_run_id = %(run_id)s, lease_seconds = %(lease_seconds)s,
+        pause_deadline = CASE WHEN %(renew)s THEN pause_deadline
+                              WHEN %(max_pause_seconds)s IS NULL THEN NULL
+                              ELSE NOW(6) + INTERVAL %(max_pause_seconds)s SECOND END,
         lease_expires_at = NOW(6) + INTERVAL %(lease_seconds)s SECOND
     WHERE table_name = %(table)s"""
 
 _OPEN = f"""UPDATE {GATE_TABLE}
     SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
-        writer_ack_at = NULL, writer_ack_snapshot_id = NULL
+        lease_seconds = NULL, pause_deadline = NULL
     WHERE table_name = %(table)s"""
 
 _AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
@@ -50,6 +65,20 @@ _AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_
 
 _AUDIT_SELECT = f"""SELECT id, table_name, action, owner_dag_id, owner_run_id, at, lease_expires_at, detail
     FROM {AUDIT_TABLE} WHERE table_name = %s ORDER BY id"""
+
+RUN_TABLE = "iceberg_compaction_run"
+#: The columns of a run record a task may set; the rest are the database's (id, started_at).
+RUN_COLUMNS = (
+    "table_name", "dag_id", "run_id", "decision", "reason", "partitions", "data_files_before",
+    "delete_files_before", "bytes_before", "data_files_after", "delete_files_after", "bytes_after", "health_score",
+    "gate_closed_seconds", "rewrite_seconds", "outcome", "detail",
+)  # fmt: skip
+# One row per DAG run: the plan writes it, the run's last task completes it (a retry overwrites its own row).
+# Column names come from RUN_COLUMNS only; every value is a parameter.
+_RUN_INSERT = f"""INSERT INTO {RUN_TABLE} ({", ".join(RUN_COLUMNS)}, finished_at)
+    VALUES ({", ".join(f"%({c})s" for c in RUN_COLUMNS)}, IF(%(finished)s, NOW(6), NULL))"""
+_RUN_SELECT = f"""SELECT id, {", ".join(RUN_COLUMNS)}, started_at, finished_at FROM {RUN_TABLE}
+    WHERE table_name = %s ORDER BY id"""
 
 # MySQL errors that mean the tables are missing or lack a column: the schema was not migrated.
 _SCHEMA_ERRORS = {1146, 1054}
@@ -80,8 +109,22 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 @dataclass(frozen=True)
+class WriterState:
+    """A writer of a gated table as it last reported: when it last read the gate, and its acknowledgement."""
+
+    writer_id: str
+    seen_at: datetime | None
+    ack_at: datetime | None
+    ack_snapshot_id: int | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WriterState:
+        return cls(row["writer_id"], _utc(row["seen_at"]), _utc(row["ack_at"]), row["ack_snapshot_id"])
+
+
+@dataclass(frozen=True)
 class GateState:
-    """A gate row as read, with the database's clock at the moment of reading."""
+    """A gate row as read, its writers, and the database's clock at the moment of reading."""
 
     table: str
     state: str
@@ -89,12 +132,15 @@ class GateState:
     closed_at: datetime | None
     lease_expires_at: datetime | None
     opened_at: datetime | None
-    writer_ack_at: datetime | None
-    writer_ack_snapshot_id: int | None
     database_now: datetime
+    #: The lease the holder closed with; each renewal extends the lease by this much.
+    lease_seconds: int | None = None
+    #: No renewal extends the lease past this (``max_pause_seconds`` after closing), or None.
+    pause_deadline: datetime | None = None
+    writers: tuple[WriterState, ...] = ()
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> GateState:
+    def from_row(cls, row: Mapping[str, Any], writers: tuple[WriterState, ...] = ()) -> GateState:
         owner = GateOwner(row["owner_dag_id"], row["owner_run_id"]) if row["owner_dag_id"] is not None else None
         return cls(
             table=row["table_name"],
@@ -103,15 +149,16 @@ class GateState:
             closed_at=_utc(row["closed_at"]),
             lease_expires_at=_utc(row["lease_expires_at"]),
             opened_at=_utc(row["opened_at"]),
-            writer_ack_at=_utc(row["writer_ack_at"]),
-            writer_ack_snapshot_id=row["writer_ack_snapshot_id"],
             database_now=_utc(row["database_now"]),  # type: ignore[arg-type]
+            lease_seconds=row["lease_seconds"],
+            pause_deadline=_utc(row["pause_deadline"]),
+            writers=writers,
         )
 
     @classmethod
-    def never_closed(cls, table: str, database_now: datetime) -> GateState:
+    def never_closed(cls, table: str, database_now: datetime, writers: tuple[WriterState, ...] = ()) -> GateState:
         """The state of a table that has no gate row: open."""
-        return cls(table, "open", None, None, None, None, None, None, database_now)
+        return cls(table, "open", None, None, None, None, database_now, writers=writers)
 
     @property
     def pauses_writers(self) -> bool:
@@ -131,10 +178,22 @@ class GateState:
                 f"lease until {self.lease_expires_at}); the writer may be committing, so no rewrite may start"
             )
 
-    @property
-    def writer_acknowledged(self) -> bool:
-        """The writer acknowledged the pause of this closing (not of an earlier one)."""
-        return self.writer_ack_at is not None and self.closed_at is not None and self.writer_ack_at >= self.closed_at
+    def writers_to_wait_for(self) -> tuple[WriterState, ...]:
+        """The writers a compaction waits for: those seen within a lease (at least a minute) before the closing,
+        or since.
+
+        A writer reads the gate before every commit and says it is there every few seconds, so one not seen in
+        that time is not committing. A writer that left (stopped for good) is not waited for.
+        """
+        if self.closed_at is None:
+            return ()
+        lease = timedelta(seconds=self.lease_seconds) if self.lease_seconds else self.lease_expires_at - self.closed_at
+        since = self.closed_at - max(lease, timedelta(seconds=WRITER_SEEN_WINDOW_SECONDS))
+        return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since)
+
+    def acknowledged_by(self, writer: WriterState) -> bool:
+        """``writer`` acknowledged this closing of the gate (not an earlier one)."""
+        return writer.ack_at is not None and self.closed_at is not None and writer.ack_at >= self.closed_at
 
 
 @dataclass(frozen=True)
@@ -167,11 +226,11 @@ def decide_open(before: GateState, owner: GateOwner) -> GateChange:
     return GateChange(False, "open_noop", f"the gate is held by {before.owner}, not by {owner}")
 
 
-def check_lease_seconds(lease_seconds: object) -> int:
-    """``lease_seconds`` if it is a positive integer; a ValueError naming the value otherwise."""
-    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int) or lease_seconds <= 0:
-        raise ValueError(f"lease_seconds must be a positive integer, got {lease_seconds!r}")
-    return lease_seconds
+def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:
+    """``seconds`` if it is a positive integer; a ValueError naming the setting and the value otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {seconds!r}")
+    return seconds
 
 
 class WriteGateHook(BaseHook):
@@ -199,24 +258,46 @@ class WriteGateHook(BaseHook):
         super().__init__()
         self.write_gate_conn_id = write_gate_conn_id
 
-    def get_conn(self) -> pymysql.connections.Connection:
-        """A new connection in UTC, returning rows as dicts, with autocommit off."""
+    def connection_settings(self) -> dict[str, Any]:
+        """Host, port, user, password and database of the gate's MySQL, from the connection.
+
+        A connection without a database or without a login is an error naming the connection: it never falls
+        back to ``root``.
+        """
         conn = self.get_connection(self.write_gate_conn_id)
         if not conn.schema:
             raise ValueError(
                 f"connection {self.write_gate_conn_id!r} names no database: set its schema to the gate database"
             )
-        return pymysql.connect(
-            host=conn.host or "127.0.0.1",
-            port=int(conn.port or 3306),
-            user=conn.login or "root",
-            password=conn.password or "",
-            database=conn.schema,
-            autocommit=False,
-            cursorclass=pymysql.cursors.DictCursor,
-            init_command="SET time_zone = '+00:00'",
-            connect_timeout=10,
-        )
+        if not conn.login:
+            raise ValueError(
+                f"connection {self.write_gate_conn_id!r} has no login: set the MySQL user Airflow uses for the gate"
+            )
+        return {
+            "host": conn.host or "127.0.0.1",
+            "port": int(conn.port or 3306),
+            "user": conn.login,
+            "password": conn.password or "",
+            "database": conn.schema,
+        }
+
+    def get_conn(self) -> pymysql.connections.Connection:
+        """A new connection in UTC, returning rows as dicts, with autocommit off, in a gate holder's session (a
+        frozen holder's row lock is dropped within seconds: see ``HOLDER_SESSION_SETTINGS``)."""
+        return holder_connection(**self.connection_settings(), cursorclass=pymysql.cursors.DictCursor)
+
+    def lease(self, table: TableName | str, owner: GateOwner) -> GateLease:
+        """``owner``'s lease on the gate of ``table``, for a :class:`LeaseKeeper` that renews it while work runs."""
+        settings = self.connection_settings()
+        return GateLease(str(TableName.of(table)), owner.dag_id, owner.run_id, lambda: holder_connection(**settings))
+
+    def holder_settings(self, table: TableName | str, owner: GateOwner) -> dict[str, Any]:
+        """What a Spark job needs to renew ``owner``'s lease itself (``LeaseKeeper``): the connection and the holder.
+
+        Holds the gate's password: it belongs in a job's secrets file, never on a command line.
+        """
+        return {**self.connection_settings(), "table": str(TableName.of(table)), "dag_id": owner.dag_id,
+                "run_id": owner.run_id}  # fmt: skip
 
     @contextmanager
     def _transaction(self) -> Iterator[pymysql.cursors.DictCursor]:
@@ -245,15 +326,18 @@ class WriteGateHook(BaseHook):
             return write_gate_schema.recorded_version(cursor)
 
     def get_state(self, table: TableName | str) -> GateState:
-        """The gate row of ``table``; a table never gated reads as open."""
+        """The gate row of ``table`` and its writers, read together; a table never gated reads as open."""
         name = str(TableName.of(table))
         with self._transaction() as cursor:
+            cursor.execute(_SELECT_WRITERS, (name,))
+            writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
             cursor.execute(_SELECT, (name,))
             row = cursor.fetchone()
             if row is None:
                 cursor.execute("SELECT NOW(6) AS database_now")
-                return GateState.never_closed(name, _utc(cursor.fetchone()["database_now"]))  # type: ignore[arg-type]
-        return GateState.from_row(row)
+                now = _utc(cursor.fetchone()["database_now"])
+                return GateState.never_closed(name, now, writers)  # type: ignore[arg-type]
+        return GateState.from_row(row, writers)
 
     @staticmethod
     def _locked_state(cursor: pymysql.cursors.DictCursor, name: str) -> GateState:
@@ -262,22 +346,31 @@ class WriteGateHook(BaseHook):
         cursor.execute(_SELECT + " FOR UPDATE", (name,))
         return GateState.from_row(cursor.fetchone())
 
-    def close_gate(self, table: TableName | str, owner: GateOwner, lease_seconds: int) -> GateState:
+    def close_gate(
+        self, table: TableName | str, owner: GateOwner, lease_seconds: int, max_pause_seconds: int | None = None
+    ) -> GateState:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``.
 
-        Succeeds if the gate is open, its lease has expired, or ``owner`` already holds it (then the lease is
-        renewed and the original close time kept). Raises :class:`WriteGateHeldError` otherwise, changing
-        nothing but the audit trail.
+        The holder renews the lease while it works (:meth:`renew_lease`); with ``max_pause_seconds``, no
+        renewal extends it past that many seconds after this closing, which caps how long this run pauses
+        writers. Succeeds if the gate is open, its lease has expired, or ``owner`` already holds it (then the
+        lease is renewed and the original close time and deadline kept). Raises :class:`WriteGateHeldError`
+        otherwise, changing nothing but the audit trail.
         """
         name = str(TableName.of(table))
         check_lease_seconds(lease_seconds)
+        ceiling = max_pause_seconds
+        if ceiling is not None and check_lease_seconds(ceiling, "max_pause_seconds") < lease_seconds:
+            raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
         with self._transaction() as cursor:
             before = self._locked_state(cursor, name)
             change = decide_close(before, owner)
             if change.allowed:
                 params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id,
-                          "lease_seconds": lease_seconds, "renew": change.action == "reclose"}  # fmt: skip
+                          "lease_seconds": lease_seconds, "max_pause_seconds": max_pause_seconds,
+                          "renew": change.action == "reclose"}  # fmt: skip
                 cursor.execute(_CLOSE, params)
+                cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
                 cursor.execute(_SELECT, (name,))
                 after = GateState.from_row(cursor.fetchone())
                 lease = after.lease_expires_at
@@ -288,6 +381,23 @@ class WriteGateHook(BaseHook):
             raise WriteGateHeldError(f"cannot close the write gate of {name} for {owner}: it is {change.detail}")
         self.log.info("Write gate of %s closed by %s until %s (database time)", name, owner, after.lease_expires_at)
         return after
+
+    def renew_lease(self, table: TableName | str, owner: GateOwner) -> GateState:
+        """Extend the lease of a gate ``owner`` holds by the lease it closed with, never past the pause's deadline.
+
+        Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate (its lease ended, another
+        run took it over, or it was forced open): whatever the holder was doing must stop.
+        """
+        name = str(TableName.of(table))
+        with self._transaction() as cursor:
+            cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
+            cursor.execute(_SELECT_WRITERS, (name,))
+            writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
+            cursor.execute(_SELECT, (name,))
+            row = cursor.fetchone()
+        state = GateState.from_row(row, writers) if row else GateState.never_closed(name, datetime.now(timezone.utc))
+        state.require_held_by(owner)
+        return state
 
     def open_gate(self, table: TableName | str, owner: GateOwner) -> tuple[bool, GateState]:
         """Open the gate of ``table`` if ``owner`` holds it; return whether it did and the state after.
@@ -342,4 +452,46 @@ class WriteGateHook(BaseHook):
         for row in rows:
             row["at"] = _utc(row["at"])
             row["lease_expires_at"] = _utc(row["lease_expires_at"])
+        return rows
+
+    def record_run(self, record: Mapping[str, Any], *, finished: bool) -> None:
+        """Write or complete the run record of ``record['dag_id']``/``record['run_id']``.
+
+        Columns ``record`` leaves out (or sets to None) keep what an earlier write of the same run put there.
+        """
+        unknown = set(record) - set(RUN_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown run record columns {sorted(unknown)}")
+        values = {column: record.get(column) for column in RUN_COLUMNS}
+        values["table_name"] = str(TableName.of(values["table_name"]))
+        values["finished"] = finished
+        given = [c for c in RUN_COLUMNS if values[c] is not None and c not in ("dag_id", "run_id")]
+        update = f"""UPDATE {RUN_TABLE} SET {", ".join(f"{c} = %({c})s" for c in given)},
+            finished_at = IF(%(finished)s, NOW(6), NULL) WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s"""
+        with self._transaction() as cursor:
+            cursor.execute(f"SELECT id FROM {RUN_TABLE} WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s FOR UPDATE",
+                           values)  # fmt: skip
+            cursor.execute(update if cursor.fetchone() else _RUN_INSERT, values)
+
+    def record_failed_run(self, table: TableName | str, dag_id: str, run_id: str, task_id: str,
+                          error: BaseException) -> None:  # fmt: skip
+        """Record a run that failed before it planned (``task_id`` raised ``error``), so no run goes unrecorded.
+
+        The record names the error's type only: its text stays in the task's log, since it may quote a catalog URI.
+        A record that cannot be written is logged, never raised over ``error``.
+        """
+        record = {"table_name": table, "dag_id": dag_id, "run_id": run_id, "decision": "none", "outcome": "failed",
+                  "reason": f"{task_id} failed ({type(error).__name__}); see its log"}  # fmt: skip
+        try:
+            self.record_run(record, finished=True)
+        except Exception:
+            self.log.exception("Could not record the failed run %s of %s", run_id, table)
+
+    def run_records(self, table: TableName | str) -> list[dict[str, Any]]:
+        """Every recorded run of ``table``, oldest first, times in UTC."""
+        with self._transaction() as cursor:
+            cursor.execute(_RUN_SELECT, (str(TableName.of(table)),))
+            rows = list(cursor.fetchall())
+        for row in rows:
+            row["started_at"], row["finished_at"] = _utc(row["started_at"]), _utc(row["finished_at"])
         return rows

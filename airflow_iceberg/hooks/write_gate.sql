@@ -41,3 +41,43 @@ CREATE TABLE IF NOT EXISTS iceberg_write_gate_audit (
 ALTER TABLE iceberg_write_gate
     ADD COLUMN writer_ack_at TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'when the writer acknowledged the pause',
     ADD COLUMN writer_ack_snapshot_id BIGINT NULL COMMENT 'the writer''s last committed snapshot at that moment';
+
+-- version 3: several writers per table, each registering and acknowledging on its own; renewed, capped leases
+CREATE TABLE IF NOT EXISTS iceberg_write_gate_writer (
+    table_name      VARCHAR(400) NOT NULL COMMENT 'catalog.namespace.table',
+    writer_id       VARCHAR(200) NOT NULL COMMENT 'chosen by the writer; keep it across restarts',
+    seen_at         TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'the writer last read the gate; NULL once it left',
+    ack_at          TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'when it acknowledged a pause',
+    ack_snapshot_id BIGINT       NULL COMMENT 'its last committed snapshot at that moment',
+    PRIMARY KEY (table_name, writer_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+ALTER TABLE iceberg_write_gate
+    ADD COLUMN lease_seconds  INT          NULL COMMENT 'the holder''s lease; each renewal extends it by this much',
+    ADD COLUMN pause_deadline TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'no renewal extends the lease past this';
+
+-- version 4: a record of every compaction run, skipped ones included (written by Airflow, never by writers)
+CREATE TABLE IF NOT EXISTS iceberg_compaction_run (
+    id                   BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    table_name           VARCHAR(400)  NOT NULL COMMENT 'catalog.namespace.table',
+    dag_id               VARCHAR(250)  NOT NULL,
+    run_id               VARCHAR(250)  NOT NULL,
+    decision             VARCHAR(16)   NOT NULL COMMENT 'skip, compact, force, full, or none (failed before planning)',
+    reason               VARCHAR(1000) NOT NULL,
+    partitions           TEXT          NULL COMMENT 'JSON: procedure -> partitions it rewrote',
+    data_files_before    INT           NULL,
+    delete_files_before  INT           NULL,
+    bytes_before         BIGINT        NULL,
+    data_files_after     INT           NULL,
+    delete_files_after   INT           NULL,
+    bytes_after          BIGINT        NULL,
+    health_score         INT           NULL COMMENT 'small plus delete files in the partitions needing work',
+    gate_closed_seconds  DOUBLE        NULL,
+    rewrite_seconds      DOUBLE        NULL,
+    outcome              VARCHAR(16)   NOT NULL COMMENT 'skipped, dry_run, running, success or failed',
+    detail               VARCHAR(1000) NULL,
+    started_at           TIMESTAMP(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    finished_at          TIMESTAMP(6)  NULL DEFAULT NULL,
+    UNIQUE KEY iceberg_compaction_run_dag_run (dag_id, run_id),
+    KEY iceberg_compaction_run_table_started (table_name, started_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -1,26 +1,24 @@
-"""Manual runs with their own settings: the trigger form's Params, their checks, and the dry run's plan.
+"""Manual runs with their own settings: the trigger form's Params and their checks.
 
 Both DAG kinds declare these Params, each with a JSON schema and a description, so the UI's trigger form shows
 them. ``check_run_params`` (:class:`CheckRunParamsOperator`), the first task of each DAG, validates them with the
-same checks that build the ``CALL`` and fails, naming the parameter, before the gate closes; on a dry run it
-reports what would be rewritten (:func:`plan_rewrite`, from table metadata alone) and skips the rest of the run,
-so the gate is never closed and nothing is committed. The rewrite tasks apply the same Params
-(:func:`overrides_from_params`).
+same checks that build the ``CALL`` and fails, naming the parameter, before the gate closes. The plan that
+follows (``operators/plan.py``) ends dry runs and runs with nothing to do; the rewrite tasks apply the same
+Params (:func:`overrides_from_params`).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-from airflow.providers.standard.operators.python import ShortCircuitOperator
-from airflow.sdk import Param
+from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg.health import PROCEDURES
 from airflow_iceberg.spark_jobs.iceberg_call import (
     InvalidCallError,
     TableName,
@@ -62,6 +60,21 @@ def _run_params() -> dict[str, Param]:
             description="Spark SQL predicate selecting the partitions to rewrite, e.g. dt >= '20261120'. "
             "Empty: the DAG's own predicate (recent partitions, or the logical date's partition).",
         ),
+        "rewrite_data_files_where": Param(
+            None,
+            type=["null", "string"],
+            description="Predicate for rewrite_data_files only; overrides 'where' for it.",
+        ),
+        "rewrite_position_delete_files_where": Param(
+            None,
+            type=["null", "string"],
+            description="Predicate for rewrite_position_delete_files only; overrides 'where' for it.",
+        ),
+        "force": Param(
+            False,
+            type="boolean",
+            description="Rewrite even if table health says nothing needs it (each rewrite takes its whole where).",
+        ),
         "rewrite_all": Param(
             None, type=["null", "boolean"], description="Rewrite every file, not just small ones (rewrite-all)."
         ),
@@ -86,7 +99,8 @@ def _run_params() -> dict[str, Param]:
         "dry_run": Param(
             False,
             type="boolean",
-            description="Only report what would be rewritten (files and bytes per partition); never close the gate.",
+            description="Only report the plan (table health, and the partitions each rewrite would take); never "
+            "close the gate.",
         ),
     }
 
@@ -99,6 +113,12 @@ class RunOverrides:
     arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
     where: str | None = None
     dry_run: bool = False
+    force: bool = False
+    where_by_procedure: dict[str, str] = field(default_factory=dict)
+
+    def where_for(self, procedure: str) -> str | None:
+        """The run's own predicate for ``procedure`` (its ``<procedure>_where``, else ``where``), or None."""
+        return self.where_by_procedure.get(procedure, self.where)
 
 
 def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
@@ -125,76 +145,25 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
         raise ValueError(f"param {bad!r}: {error}") from None
     arguments["rewrite_data_files"].update(chosen)
     where = params.get("where")
-    if where is not None and not isinstance(where, str):
-        raise ValueError(f"param 'where' must be a Spark SQL predicate string, got {where!r}")
-    dry_run = params.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ValueError(f"param 'dry_run' must be true or false, got {dry_run!r}")
-    return RunOverrides(options=dict(options), arguments=dict(arguments), where=where or None, dry_run=dry_run)
+    if where is not None:
+        from airflow_iceberg.predicates import parse_predicate  # sqlglot: off the parse path
 
+        parse_predicate(where, what="param 'where'")  # one filter, not empty: checked before anything else
+    where_by_procedure = {}
+    for procedure in PROCEDURES:
+        own = params.get(f"{procedure}_where")
+        if own is not None:
+            from airflow_iceberg.predicates import parse_predicate
 
-DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # Iceberg's write.target-file-size-bytes default
-DEFAULT_MIN_INPUT_FILES = 5
-MAX_FILE_GROUP_SIZE = 100 * 1024**3  # Iceberg's max-file-group-size-bytes default
-
-
-def plan_rewrite(
-    iceberg_conn_id: str,
-    table: TableName,
-    row_filter: str | None,
-    options: dict[str, Any],
-) -> dict[str, Any]:
-    """Per partition: the data files, bytes and delete files a binpack ``rewrite_data_files`` would take.
-
-    An estimate of Iceberg's selection: files under 75 % of the target size or carrying deletes are
-    candidates, and a partition is rewritten when it has ``min-input-files`` of them (any number with
-    ``rewrite-all``). ``row_filter`` is tried as a pyiceberg filter; if pyiceberg cannot read it, every
-    partition is listed and ``row_filter_applied`` says so.
-    """
-    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
-
-    iceberg_table = IcebergHook(iceberg_conn_id).load_table(table.in_catalog)
-    target = int(options.get("target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
-    min_input_files = int(options.get("min-input-files", DEFAULT_MIN_INPUT_FILES))
-    rewrite_all = str(options.get("rewrite-all", "false")).lower() == "true"
-    applied = bool(row_filter)
-    try:
-        tasks = list(iceberg_table.scan(row_filter=row_filter).plan_files()) if row_filter else None
-    except Exception:  # not a predicate pyiceberg can parse: list every partition instead
-        tasks, applied = None, False
-    if tasks is None:
-        tasks = list(iceberg_table.scan().plan_files())
-    partitions: dict[str, dict[str, Any]] = defaultdict(lambda: {"data_files": 0, "bytes": 0, "delete_files": set()})
-    for task in tasks:
-        has_deletes = bool(task.delete_files)
-        if not (rewrite_all or has_deletes or task.file.file_size_in_bytes < 0.75 * target):
-            continue
-        entry = partitions[repr(task.file.partition)]
-        entry["data_files"] += 1
-        entry["bytes"] += task.file.file_size_in_bytes
-        entry["delete_files"].update(d.file_path for d in task.delete_files)
-    report = []
-    for partition, entry in sorted(partitions.items()):
-        if not rewrite_all and entry["data_files"] < min_input_files:
-            continue
-        report.append(
-            {
-                "partition": partition,
-                "data_files": entry["data_files"],
-                "bytes": entry["bytes"],
-                "delete_files": len(entry["delete_files"]),
-                "file_groups": math.ceil(entry["bytes"] / MAX_FILE_GROUP_SIZE) or 1,
-            }
-        )
-    return {
-        "table": str(table),
-        "row_filter": row_filter,
-        "row_filter_applied": applied,
-        "partitions": report,
-        "data_files": sum(p["data_files"] for p in report),
-        "bytes": sum(p["bytes"] for p in report),
-        "file_groups": sum(p["file_groups"] for p in report),
-    }
+            parse_predicate(own, what=f"param '{procedure}_where'")
+            where_by_procedure[procedure] = own
+    flags = {}
+    for name in ("dry_run", "force"):
+        flags[name] = params.get(name, False)
+        if not isinstance(flags[name], bool):
+            raise ValueError(f"param {name!r} must be true or false, got {flags[name]!r}")
+    return RunOverrides(options=dict(options), arguments=dict(arguments), where=where,
+                        where_by_procedure=where_by_procedure, **flags)  # fmt: skip
 
 
 class RunParamsError(AirflowFailException):
@@ -226,23 +195,24 @@ def render_predicate(operator: Any, template: str | None, context: Any, what: st
         raise RunParamsError(f"{what} {template!r} is not a valid template: {error}") from None
 
 
-class CheckRunParamsOperator(ShortCircuitOperator):
-    """Validate the run's Params and the table's predicate; on a dry run, report the plan and skip the rest.
+class CheckRunParamsOperator(BaseOperator):
+    """Validate the run's Params and the predicate each rewrite will use; return those predicates.
 
     Invalid values fail this task, naming the parameter, so the gate is never closed; they are not retried.
-    When the run gives no ``where`` of its own, the table's predicate is rendered here, so that a predicate
-    the run cannot render (one that uses the logical date, in a run without one) fails here, before the gate
-    closes, and not in a rewrite. When the run gives its own ``where``, the table's predicate is not rendered.
+    Each rewrite's predicate (the run's own ``<procedure>_where`` or ``where``, or else the table's, rendered
+    here) is parsed as one Spark SQL filter and its columns are checked against the table's schema, so a
+    predicate Spark would refuse fails here, before the gate closes, and not in a rewrite while writers wait. A
+    predicate the run cannot render (one that uses the logical date, in a run without one) fails here too. When
+    the run gives its own predicate, the table's is not rendered. On a dry run, a predicate pyiceberg cannot
+    apply to the metadata fails here too, naming it.
 
-    A dry run pushes the plan (files, bytes and file groups per partition, from table metadata) to XCom under
-    ``plan`` and skips every downstream task, teardown included: no gate is closed and nothing is committed.
+    Returns (to XCom) ``{procedure: predicate or None}``, which ``plan_compaction`` narrows to the partitions
+    that need work.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog.
-    :param options: The DAG's own ``rewrite_data_files`` options, which the Params override.
-    :param where: The rewrites' own Spark SQL predicate, a template (rendered here only if the run uses it).
-    :param dry_run_filter: pyiceberg row filter for the DAG's own partitions, a template, used by a dry run that
-        gives no ``where``.
+    :param where: Per procedure, its Spark SQL predicate, a template (rendered here only if the run uses it).
+    :param write_gate_conn_id: Where a refused run is recorded (``iceberg_compaction_run``); None: not recorded.
     """
 
     def __init__(
@@ -250,37 +220,74 @@ class CheckRunParamsOperator(ShortCircuitOperator):
         *,
         table: TableName | str,
         iceberg_conn_id: str,
-        options: Mapping[str, Any] | None = None,
-        where: str | None = None,
-        dry_run_filter: str | None = None,
+        where: Mapping[str, str | None] | None = None,
+        write_gate_conn_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(python_callable=self._check, ignore_downstream_trigger_rules=True, **kwargs)
+        super().__init__(**kwargs)
         self.table = TableName.of(table)
         self.iceberg_conn_id = iceberg_conn_id
-        self.options = dict(options or {})
-        self.where = where
-        self.dry_run_filter = dry_run_filter
+        self.where = dict(where or {})
+        self.write_gate_conn_id = write_gate_conn_id
 
-    def _check(self, **context: Any) -> bool:
+    def _load_table(self) -> Any:
+        """The table, as pyiceberg reads it through the Iceberg connection."""
+        from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table
+
+        return load_iceberg_table(self.iceberg_conn_id, self.table)
+
+    def execute(self, context: Context) -> dict[str, str | None]:
+        try:
+            return self._check(**context)
+        except Exception as error:
+            if self.write_gate_conn_id:
+                from airflow_iceberg.hooks.write_gate import WriteGateHook
+                from airflow_iceberg.operators.write_gate import run_owner
+
+                owner = run_owner(context)
+                WriteGateHook(self.write_gate_conn_id).record_failed_run(
+                    self.table, owner.dag_id, owner.run_id, self.task_id, error
+                )
+            raise
+
+    def _check(self, **context: Any) -> dict[str, str | None]:
+        from airflow_iceberg.predicates import (
+            PredicateError,
+            PredicateTypeError,
+            check_columns,
+            parse_predicate,
+            to_pyiceberg,
+        )
+
         try:
             overrides = overrides_from_params(context["params"])
         except ValueError as error:
             raise RunParamsError(str(error)) from None
-        if overrides.where is None:
-            where = render_predicate(self, self.where, context, "the table's where")
-            if where:
-                self.log.info("The rewrites will use the table's where: %s", where)
-        else:
-            self.log.info("The rewrites will use this run's where: %s", overrides.where)
-        if not overrides.dry_run:
-            return True
-        row_filter = overrides.where or render_predicate(self, self.dry_run_filter, context, "the dry run's filter")
-        options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
-        plan = plan_rewrite(self.iceberg_conn_id, self.table, row_filter, options)
-        self.log.info(
-            "Dry run: %d data files, %d bytes in %d file groups would be rewritten: %s",
-            plan["data_files"], plan["bytes"], plan["file_groups"], plan["partitions"],
-        )  # fmt: skip
-        context["ti"].xcom_push(key="plan", value=plan)
-        return False
+        chosen: dict[str, tuple[str, str | None]] = {}
+        for procedure in PROCEDURES:
+            own = overrides.where_for(procedure)
+            if own is not None:
+                name = f"{procedure}_where" if procedure in overrides.where_by_procedure else "where"
+                chosen[procedure] = (f"param {name!r}", own)
+            else:
+                what = f"the table's where for {procedure}"
+                chosen[procedure] = (what, render_predicate(self, self.where.get(procedure), context, what))
+        schema = self._load_table().schema()
+        for procedure, (what, where) in chosen.items():
+            if where is None:
+                self.log.info("%s will rewrite the whole table", procedure)
+                continue
+            try:
+                predicate = parse_predicate(where, what=what)
+                check_columns(predicate, schema, self.table, what=what)
+                try:
+                    to_pyiceberg(predicate, schema, what=what)
+                except PredicateTypeError:
+                    raise
+                except PredicateError:
+                    if overrides.dry_run:  # a dry run must apply it to metadata; Spark may apply more
+                        raise
+            except PredicateError as error:
+                raise RunParamsError(str(error)) from None
+            self.log.info("%s will use %s: %s", procedure, what, where)
+        return {procedure: where for procedure, (_, where) in chosen.items()}

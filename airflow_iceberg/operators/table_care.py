@@ -19,9 +19,9 @@ ORPHAN_MARGIN = timedelta(hours=1)
 ICEBERG_ORPHAN_FLOOR = timedelta(hours=24)
 
 
-def minimum_orphan_age(lease_seconds: int) -> timedelta:
-    """The shortest safe ``older_than`` for orphan removal next to a gate with this lease."""
-    return max(ICEBERG_ORPHAN_FLOOR, timedelta(seconds=lease_seconds) + ORPHAN_MARGIN)
+def minimum_orphan_age(max_pause_seconds: int) -> timedelta:
+    """The shortest safe ``older_than`` for orphan removal next to a gate that pauses writers this long at most."""
+    return max(ICEBERG_ORPHAN_FLOOR, timedelta(seconds=max_pause_seconds) + ORPHAN_MARGIN)
 
 
 def _run_time(context: Context) -> datetime:
@@ -102,25 +102,25 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
 
 
 class RemoveOrphanFilesOperator(IcebergRewriteOperator):
-    """``remove_orphan_files`` for files older than ``older_than_hours``, never within a gate's lease.
+    """``remove_orphan_files`` for files older than ``older_than_hours``, never within a gate's longest pause.
 
-    A closed gate keeps a writer's freshly written files uncommitted for up to the lease, and to this
+    A closed gate keeps a writer's freshly written files uncommitted for up to its longest pause, and to this
     procedure they look like orphans: removing them loses data. So ``older_than_hours`` must cover the longest
-    lease of the table's gate plus :data:`ORPHAN_MARGIN`, and Iceberg's own 24-hour floor; a shorter value is
-    refused when the DAG is parsed.
+    pause of the table's gate (``max_pause_seconds``) plus :data:`ORPHAN_MARGIN`, and Iceberg's own 24-hour
+    floor; a shorter value is refused when the DAG is parsed.
 
     :param older_than_hours: Remove unreferenced files older than this, before the run's logical date.
-    :param lease_seconds: The longest lease the table's gate is closed with.
+    :param max_pause_seconds: The longest the table's gate keeps writers paused.
     """
 
-    def __init__(self, *, older_than_hours: float, lease_seconds: int, **kwargs: Any) -> None:
-        minimum = minimum_orphan_age(lease_seconds)
+    def __init__(self, *, older_than_hours: float, max_pause_seconds: int, **kwargs: Any) -> None:
+        minimum = minimum_orphan_age(max_pause_seconds)
         if timedelta(hours=older_than_hours) < minimum:
             raise ValueError(
                 f"remove_orphan_files older_than_hours={older_than_hours!r} is too short: it must be at least the "
-                f"gate's lease ({lease_seconds} s) plus a margin of {ORPHAN_MARGIN}, and at least Iceberg's own "
-                f"24 hours, i.e. {minimum.total_seconds() / 3600:.2f} hours, because a closed gate keeps a "
-                "writer's files uncommitted for up to its lease and removing them would lose data"
+                f"gate's longest pause ({max_pause_seconds} s) plus a margin of {ORPHAN_MARGIN}, and at least "
+                f"Iceberg's own 24 hours, i.e. {minimum.total_seconds() / 3600:.2f} hours, because a closed gate "
+                "keeps a writer's files uncommitted for up to its longest pause and removing them would lose data"
             )
         kwargs.setdefault("procedure", "remove_orphan_files")
         super().__init__(**kwargs)

@@ -26,8 +26,11 @@ class CloseWriteGateOperator(BaseOperator):
     close time and lease end (database clock) to XCom.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
-    :param lease_seconds: How long the gate may stay closed if this run never opens it: writers resume when
-        the lease ends even if the run crashed. Make it longer than the writer's idle wait plus the rewrites.
+    :param lease_seconds: How long the gate stays closed if this run stops renewing it: the tasks that follow
+        renew the lease while they work, and writers resume when it ends, even if the run crashed. Make it
+        longer than the gaps between those tasks' renewals (their scheduling, a poke interval).
+    :param max_pause_seconds: The hard ceiling on how long this run keeps writers paused: no renewal extends the
+        lease past this many seconds after the gate closed.
     :param gate_wait_seconds: How long to wait for a gate another run holds (the daily full rewrite and
         the frequent compaction of a table, or overlapping backfill runs, meet there) before failing; 0 fails
         at once. While waiting, the gate is only read, so the audit trail records real attempts only.
@@ -43,6 +46,7 @@ class CloseWriteGateOperator(BaseOperator):
         *,
         table: TableName | str,
         lease_seconds: int,
+        max_pause_seconds: int,
         gate_wait_seconds: int,
         poke_interval: float,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
@@ -50,12 +54,15 @@ class CloseWriteGateOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         check_lease_seconds(lease_seconds)
+        if check_lease_seconds(max_pause_seconds, "max_pause_seconds") < lease_seconds:
+            raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
         if gate_wait_seconds < 0:
             raise ValueError(f"gate_wait_seconds must not be negative, got {gate_wait_seconds!r}")
         if poke_interval <= 0:
             raise ValueError(f"poke_interval must be positive, got {poke_interval!r}")
         self.table = TableName.of(table)
         self.lease_seconds = lease_seconds
+        self.max_pause_seconds = max_pause_seconds
         self.gate_wait_seconds = gate_wait_seconds
         self.poke_interval = poke_interval
         self.write_gate_conn_id = write_gate_conn_id
@@ -69,7 +76,7 @@ class CloseWriteGateOperator(BaseOperator):
             held_by_another = current.pauses_writers and current.owner != owner
             if not held_by_another or time.monotonic() >= deadline:
                 try:
-                    state = hook.close_gate(self.table, owner, self.lease_seconds)
+                    state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds)
                     break
                 except WriteGateHeldError:
                     if time.monotonic() >= deadline:
@@ -81,6 +88,7 @@ class CloseWriteGateOperator(BaseOperator):
             "table": str(self.table),
             "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]
             "lease_expires_at": state.lease_expires_at.isoformat(),  # type: ignore[union-attr]
+            "pause_deadline": state.pause_deadline.isoformat(),  # type: ignore[union-attr]
         }
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
+from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf, timezone
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle
@@ -21,8 +24,10 @@ class SnapshotIdleSensor(BaseSensorOperator):
     for ``idle_seconds``, counted from the later of the gate's close time and the table's newest snapshot, both
     against the database clock (the rule is ``decide_idle`` in ``airflow_iceberg.triggers.snapshot_idle``).
     Snapshots are read with the Iceberg provider's ``IcebergHook`` (pyiceberg, no Spark). It works in ``poke``
-    and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer; ``poke_interval`` paces both. It
-    fails at once if this run no longer holds the gate, since the writer may then be committing.
+    and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer; ``poke_interval`` paces both. Each
+    look renews the run's lease on the gate, so the lease can be short; the look fails at once if this run no
+    longer holds the gate, since the writer may then be committing, without retries (a retry would not get the gate
+    back). No look outlasts the sensor's ``timeout``.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param idle_seconds: How long the table must have been quiet.
@@ -53,6 +58,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
         self.deferrable = deferrable
+        self._ends_at: float | None = None  # when this wait's timeout runs out (monotonic), set by execute
 
     def _check(self, context: Context) -> IdleCheck:
         return check_snapshot_idle(
@@ -64,14 +70,52 @@ class SnapshotIdleSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> PokeReturnValue:
-        check = self._check(context)
-        self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, self.idle_seconds)
+        check = self._bounded_check(context)
+        self.log.info(
+            "%s quiet for %.1f s of %d s; writers acknowledged: %s of %s", self.table, check.quiet_seconds,
+            self.idle_seconds, list(check.writers_acknowledged), list(check.writers),
+        )  # fmt: skip
         return PokeReturnValue(is_done=check.done, xcom_value=check.as_xcom())
 
+    def _bounded_check(self, context: Context) -> IdleCheck:
+        """One look, which may not outlast what is left of the sensor's timeout (a stuck catalog read, say)."""
+        ends_at = self._ends_at if self._ends_at is not None else time.monotonic() + self.timeout
+        left = ends_at - time.monotonic()
+        outcome: dict[str, Any] = {}
+
+        def look() -> None:
+            try:
+                outcome["check"] = self._check(context)
+            except BaseException as error:  # handed to the task's thread below
+                outcome["error"] = error
+
+        # A daemon thread: one that never returns is abandoned, and ends with the task's process.
+        worker = threading.Thread(target=look, name="snapshot-idle-look", daemon=True)
+        worker.start()
+        worker.join(max(left, 0.0))
+        if worker.is_alive():
+            raise AirflowSensorTimeout(
+                f"a look at {self.table} was still running when the sensor's timeout of {self.timeout:.0f} s ran out"
+            )
+        if isinstance(outcome.get("error"), WriteGateNotHeldError):  # a retry would not get the gate back
+            raise AirflowFailException(str(outcome["error"])) from None
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["check"]
+
+    def _started_at(self, context: Context) -> float:
+        """When this wait began, on the monotonic clock: reschedule mode counts from its first try."""
+        if not self.reschedule:
+            return time.monotonic()
+        first = context["ti"].get_first_reschedule_date(context)
+        waited = (timezone.utcnow() - first).total_seconds() if first else 0.0
+        return time.monotonic() - max(waited, 0.0)
+
     def execute(self, context: Context) -> Any:
+        self._ends_at = self._started_at(context) + self.timeout
         if not self.deferrable:
             return super().execute(context)
-        check = self._check(context)  # done already, or a clear error, without a trip to the triggerer
+        check = self._bounded_check(context)  # done already, or a clear error, without a trip to the triggerer
         if check.done:
             return check.as_xcom()
         owner = run_owner(context)
@@ -90,6 +134,8 @@ class SnapshotIdleSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") == "not_held":
+            raise AirflowFailException(event.get("message"))
         if event.get("status") != "success":
             raise RuntimeError(f"waiting for the writer of {self.table} to go quiet failed: {event.get('message')}")
         self.log.info("%s quiet: %s", self.table, event["check"])

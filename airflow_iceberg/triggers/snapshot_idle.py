@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook, WriteGateNotHeldError
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
@@ -37,12 +37,17 @@ class IdleCheck:
     gate_closed_at: datetime
     newest_snapshot_id: int | None
     newest_snapshot_at: datetime | None
-    #: The writer acknowledged this closing and no snapshot is newer than the one it acknowledged.
+    #: Every writer waited for acknowledged this closing, and the newest snapshot is one they acknowledged.
     acknowledged: bool = False
+    #: The writers waited for (seen within a lease of the closing), and those that acknowledged it.
+    writers: tuple[str, ...] = ()
+    writers_acknowledged: tuple[str, ...] = ()
 
     def as_xcom(self) -> dict[str, Any]:
         return {
             "done_by": "writer acknowledgement" if self.acknowledged else "idle window",
+            "writers": list(self.writers),
+            "writers_acknowledged": list(self.writers_acknowledged),
             "quiet_seconds": round(self.quiet_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
@@ -52,12 +57,13 @@ class IdleCheck:
 
 
 def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle_seconds: int) -> IdleCheck:
-    """Whether the writer has gone idle while ``owner`` holds the gate.
+    """Whether the table's writers have gone idle while ``owner`` holds the gate.
 
-    Idle means either: the writer acknowledged this closing of the gate and the table's newest snapshot is the
-    one it acknowledged as its last commit; or, for writers that never acknowledge, no snapshot has been
-    committed for ``idle_seconds``, counted from the later of the gate's close time and the newest snapshot,
-    by the database clock.
+    Idle means either: every writer seen within a lease of the closing (:meth:`GateState.writers_to_wait_for`)
+    acknowledged this closing, and the table's newest snapshot is one of the snapshots they acknowledged as
+    their last commits; or, when some writer has not acknowledged (or none reports at all), no snapshot has
+    been committed for ``idle_seconds``, counted from the later of the gate's close time and the newest
+    snapshot, by the database clock.
 
     Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
@@ -66,8 +72,16 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     quiet_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
     quiet_seconds = (gate.database_now - quiet_since).total_seconds()
     newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
-    acknowledged = gate.writer_acknowledged and newest_id == gate.writer_ack_snapshot_id
+    expected = gate.writers_to_wait_for()
+    acknowledging = tuple(w for w in expected if gate.acknowledged_by(w))
+    acknowledged = (
+        bool(expected)
+        and len(acknowledging) == len(expected)
+        and newest_id in {w.ack_snapshot_id for w in acknowledging}
+    )
     return IdleCheck(
+        writers=tuple(w.writer_id for w in expected),
+        writers_acknowledged=tuple(w.writer_id for w in acknowledging),
         done=acknowledged or quiet_seconds >= idle_seconds,
         acknowledged=acknowledged,
         quiet_seconds=quiet_seconds,
@@ -78,19 +92,24 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     )
 
 
-def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
-    """The table's newest snapshot on any branch, read with pyiceberg; None if it has none."""
+def load_iceberg_table(iceberg_conn_id: str, table: TableName) -> Any:
+    """``table`` as pyiceberg reads it through the Iceberg connection; LookupError, saying why, if it is not there."""
     from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
-        metadata = IcebergHook(iceberg_conn_id).load_table(table.in_catalog).metadata
+        return IcebergHook(iceberg_conn_id).load_table(table.in_catalog)
     except (NoSuchTableError, NoSuchNamespaceError):
         raise LookupError(
             f"table {table.in_catalog!r} not found through Iceberg connection {iceberg_conn_id!r}; for a SQL "
             f"(JDBC) catalog the connection id must equal the Spark catalog name {table.catalog!r}, because "
             "pyiceberg keys the catalog's rows by the name IcebergHook gives it, which is the connection id"
         ) from None
+
+
+def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
+    """The table's newest snapshot on any branch, read with pyiceberg; None if it has none."""
+    metadata = load_iceberg_table(iceberg_conn_id, table).metadata
     if not metadata.snapshots:
         return None
     newest = max(metadata.snapshots, key=lambda s: s.timestamp_ms)
@@ -105,17 +124,24 @@ def check_snapshot_idle(
     iceberg_conn_id: str,
     write_gate_conn_id: str,
 ) -> IdleCheck:
-    """Read the gate and the table's newest snapshot, and :func:`decide_idle` on them."""
-    gate = WriteGateHook(write_gate_conn_id).get_state(table)
-    gate.require_held_by(owner)  # before the slower catalog read
-    return decide_idle(gate, owner, newest_snapshot(iceberg_conn_id, table), idle_seconds)
+    """Renew the run's lease, read the table's newest snapshot, then the gate, and :func:`decide_idle` on them.
+
+    The renewal comes first (it fails at once if the run no longer holds the gate), and the gate with the
+    database's clock is read after the catalog, so the time a slow catalog read takes counts as quiet time.
+    """
+    hook = WriteGateHook(write_gate_conn_id)
+    hook.renew_lease(table, owner)
+    newest = newest_snapshot(iceberg_conn_id, table)
+    return decide_idle(hook.get_state(table), owner, newest, idle_seconds)
 
 
 class SnapshotIdleTrigger(BaseTrigger):
     """Fire once no snapshot has been committed to ``table`` for ``idle_seconds`` while ``owner`` holds its gate.
 
-    pyiceberg and pymysql are synchronous, so each check runs in a thread, off the event loop. The event is
-    ``{"status": "success", "check": {...}}`` or ``{"status": "error", "message": ...}``.
+    Each check renews the run's lease. pyiceberg and pymysql are synchronous, so each check runs in a thread,
+    off the event loop. The event is
+    ``{"status": "success", "check": {...}}``, ``{"status": "not_held", "message": ...}`` when the run no longer
+    holds the gate, or ``{"status": "error", "message": ...}``.
 
     :param table: The table, ``catalog.namespace.table``.
     :param dag_id: DAG id of the run that holds the gate.
@@ -174,7 +200,8 @@ class SnapshotIdleTrigger(BaseTrigger):
                     write_gate_conn_id=self.write_gate_conn_id,
                 )
             except Exception as error:  # report, don't crash: the task fails with the message in its log
-                yield TriggerEvent({"status": "error", "message": f"{type(error).__name__}: {error}"})
+                status = "not_held" if isinstance(error, WriteGateNotHeldError) else "error"
+                yield TriggerEvent({"status": status, "message": f"{type(error).__name__}: {error}"})
                 return
             if check.done:
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from iceberg_call import TableName, create_streaming_table_statements, with_secret_conf
+from iceberg_call import TableName, apply_job_secrets, create_streaming_table_statements, read_job_secrets
 from ingest_events import DELETE_AT, DELETE_EVERY
 from write_gate import add_gate_arguments, client_from_arguments
 
@@ -59,6 +59,7 @@ def java_error_summary(error: BaseException) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True, help="catalog.namespace.table")
+    parser.add_argument("--job-secrets", default=None, help="the secrets file Airflow wrote for this job")
     parser.add_argument("--checkpoint", required=True, help="streaming checkpoint directory")
     parser.add_argument("--status-file", required=True, type=Path)
     parser.add_argument("--stop-file", required=True, type=Path)
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.session.timeZone", "UTC")
         .config(f"spark.sql.catalog.{name.catalog}.cache-enabled", "false")
     )
-    spark = with_secret_conf(builder, os.environ).getOrCreate()
+    spark = builder.getOrCreate()
+    apply_job_secrets(spark, read_job_secrets(args.job_secrets))  # before the catalog is first used
     columns = "key BIGINT, value BIGINT, payload STRING, ts TIMESTAMP"
     for statement in create_streaming_table_statements(name, columns, "bucket(4, key)"):
         spark.sql(statement)
@@ -205,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         status.write(json.dumps(final) + "\n")
         status.close()
         print(json.dumps(final), flush=True)
-        if gate is not None:
+        if gate is not None:  # this writer stops for good: compactions need not wait for it
+            gate.leave()
             gate.close()
         spark.stop()
     return 0

@@ -17,13 +17,14 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-from iceberg_call import TableName, create_streaming_table_statements, with_secret_conf
+from iceberg_call import TableName, apply_job_secrets, create_streaming_table_statements, read_job_secrets
 from write_gate import add_gate_arguments, client_from_arguments
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True, help="catalog.namespace.table")
+    parser.add_argument("--job-secrets", default=None, help="the secrets file Airflow wrote for this job")
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--end-day", type=date.fromisoformat, default=datetime.now(timezone.utc).date())
     parser.add_argument("--commits", type=int, default=5)
@@ -44,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     builder = SparkSession.builder.appName(f"small-files-writer-{name}").config("spark.sql.session.timeZone", "UTC")
-    spark = with_secret_conf(builder, os.environ).getOrCreate()
+    spark = builder.getOrCreate()
+    apply_job_secrets(spark, read_job_secrets(args.job_secrets))  # before the catalog is first used
     gate = client_from_arguments(args, str(name), os.environ)
     paused_seconds = 0.0
 
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         print(json.dumps(summary), flush=True)
     finally:
-        if gate is not None:
+        if gate is not None:  # this writer stops for good: compactions need not wait for it
+            gate.leave()
             gate.close()
         spark.stop()
     return 0

@@ -6,7 +6,12 @@ this folder carries the ``integration`` marker.
 
 The suite uses databases of its own (``airflow_iceberg_test_gate`` and ``airflow_iceberg_test_catalog``,
 recreated per session, the gate's schema migrated as ``make setup`` does) and a warehouse under ``build/``, so
-it never touches the demo's data.
+it never touches the demo's data. As in a deployment that follows the README's grants, the gate is reached
+with least privilege: Airflow's connection (``write_gate_default``) through a MySQL user with data rights
+only, the writers' (``write_gate_writer``) through a user that may read the gate and report about itself, and
+only the explicit schema step (``write_gate_admin``) with DDL rights. Two checkouts can run their suites at once
+on one machine when one of them sets ``AIRFLOW_ICEBERG_TEST_DB_SUFFIX``, which every database name of the suite
+ends with.
 """
 
 from __future__ import annotations
@@ -14,18 +19,42 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pymysql
 import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-GATE_DB = "airflow_iceberg_test_gate"
-CATALOG_DB = "airflow_iceberg_test_catalog"
+#: Ends every database name of the suite, so that two checkouts' suites can run at once on one machine.
+# The environment as `make test` handed it over, before the session points connections at the suite's own
+# databases and users: what a user's own `make demo` would see.
+ENV_BEFORE_THE_SUITE = dict(os.environ)
+DB_SUFFIX = os.environ.get("AIRFLOW_ICEBERG_TEST_DB_SUFFIX", "")
+GATE_DB = f"airflow_iceberg_test_gate{DB_SUFFIX}"
+CATALOG_DB = f"airflow_iceberg_test_catalog{DB_SUFFIX}"
+#: The gate's MySQL users, with the grants the README gives them: (user, password, grants on the gate database).
+GATE_USERS = {
+    "airflow": (
+        f"aic_airflow{DB_SUFFIX}",
+        "Airflow-gate-pw-7",
+        [f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{GATE_DB}`.* TO {{user}}"],
+    ),
+    "writer": (
+        f"aic_writer{DB_SUFFIX}",
+        "Writer-gate-pw-3",
+        [
+            f"GRANT SELECT ON `{GATE_DB}`.`iceberg_write_gate` TO {{user}}",
+            f"GRANT SELECT, INSERT, UPDATE ON `{GATE_DB}`.`iceberg_write_gate_writer` TO {{user}}",
+        ],
+    ),
+}
 JARS = (
     "iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
     "iceberg-shaded-jackson.jar",
@@ -95,14 +124,26 @@ def integration_stack() -> None:
             },
         }
     )
-    os.environ["AIRFLOW_CONN_WRITE_GATE_DEFAULT"] = json.dumps(
-        {"conn_type": "iceberg_write_gate", "host": host, "port": port, "login": user, "password": password,
-         "schema": GATE_DB}
-    )  # fmt: skip
+
+    def gate_connection(login: str, secret: str) -> str:
+        return json.dumps({"conn_type": "iceberg_write_gate", "host": host, "port": port, "login": login,
+                           "password": secret, "schema": GATE_DB})  # fmt: skip
+
+    os.environ["AIRFLOW_CONN_WRITE_GATE_ADMIN"] = gate_connection(user, password)
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
     from airflow_iceberg.hooks.write_gate import WriteGateHook
 
-    WriteGateHook().migrate()  # the explicit schema step, as `make setup` takes it for the demo's database
+    WriteGateHook("write_gate_admin").migrate()  # the explicit schema step, as `make setup` takes it
+    with _mysql() as db, db.cursor() as cursor:
+        for login, secret, grants in GATE_USERS.values():
+            cursor.execute(f"DROP USER IF EXISTS '{login}'@'%'")
+            cursor.execute(f"CREATE USER '{login}'@'%%' IDENTIFIED BY %s", (secret,))  # %% is a literal %
+            for grant in grants:
+                cursor.execute(grant.format(user=f"'{login}'@'%'"))
+    os.environ["AIRFLOW_CONN_WRITE_GATE_DEFAULT"] = gate_connection(*GATE_USERS["airflow"][:2])
+    os.environ["AIRFLOW_CONN_WRITE_GATE_WRITER"] = gate_connection(*GATE_USERS["writer"][:2])
+    # The reference writers (devkit/writers.py) reach the gate as the writer user.
+    os.environ["AIRFLOW_ICEBERG_WRITER_CONN_ID"] = "write_gate_writer"
 
 
 def suite_defaults() -> dict[str, Any]:
@@ -112,6 +153,9 @@ def suite_defaults() -> dict[str, Any]:
         "idle_seconds": 2,
         "poke_interval": 1,
         "lease_seconds": 600,
+        # Tests' tables are small: a partition needs work from two small files or any delete file. The planning
+        # tests set their own triggers.
+        "health": {"min_small_files": 2, "max_delete_age_minutes": 0},
         "spark": {"jars": jars, "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
     }
 
@@ -167,6 +211,24 @@ def gate_hook():
 
 
 @pytest.fixture
+def gate_writer():
+    """A writer's gate client for a table, connected as the writer user (``write_gate_writer``)."""
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
+    from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
+
+    clients = []
+
+    def connect(table: str, **kwargs: Any) -> WriteGateClient:
+        settings = WriteGateHook("write_gate_writer").connection_settings()
+        clients.append(WriteGateClient.connect(table, **settings, **kwargs))
+        return clients[-1]
+
+    yield connect
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
 def gate_table(unique_name: str) -> str:
     """A table name of this test's own, so its gate starts open and its audit trail empty."""
     return f"lake.gate.{unique_name}"
@@ -190,17 +252,81 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: No
     Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
     :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them.
     """
-    from devkit.live_airflow import LiveAirflow, fleet
+    from devkit.live_airflow import META_DB, LiveAirflow, fleet
 
     root = tmp_path_factory.mktemp("live-airflow")
     table_list = root / "scheduler_tables.yaml"
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": fleet(FLEET_SIZE)}))
     home = root / "airflow-home"
     home.mkdir()
-    airflow = LiveAirflow(home, table_list)
+    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX)
     try:
         airflow.start()
         yield airflow
     finally:
         airflow.stop()
         shutil.rmtree(home / "logs", ignore_errors=True)
+
+
+CATALOG_USER = "airflow_iceberg_test_catalog_user"
+CATALOG_USER_PASSWORD = "Kq7-catalog-secret-91x"
+
+
+@pytest.fixture
+def password_protected_catalog(mysql_server, monkeypatch):
+    """The suite's catalog reached through a MySQL user that needs a password, as in production."""
+    catalog = json.loads(os.environ["AIRFLOW_CONN_LAKE"])
+    database = catalog["extra"]["uri"].rsplit("/", 1)[1]
+    host = os.environ.get("AIRFLOW_ICEBERG_MYSQL_HOST", "127.0.0.1")
+    with mysql_server.cursor() as cursor:
+        cursor.execute(f"DROP USER IF EXISTS '{CATALOG_USER}'@'%'")
+        cursor.execute(f"CREATE USER '{CATALOG_USER}'@'%%' IDENTIFIED BY %s", (CATALOG_USER_PASSWORD,))  # %%: a %
+        cursor.execute(f"GRANT ALL ON `{database}`.* TO '{CATALOG_USER}'@'%'")
+    port = os.environ.get("AIRFLOW_ICEBERG_MYSQL_PORT", "3306")
+    catalog["extra"]["uri"] = f"mysql+pymysql://{CATALOG_USER}:{CATALOG_USER_PASSWORD}@{host}:{port}/{database}"
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps(catalog))
+    yield
+    with mysql_server.cursor() as cursor:
+        cursor.execute(f"DROP USER IF EXISTS '{CATALOG_USER}'@'%'")
+
+
+class ArgvSampler(threading.Thread):
+    """Reads every process's command line, as ``ps`` shows it to anyone on the machine, every 50 ms.
+
+    ``leaks`` holds each command line that contained a secret; ``spark_samples`` counts the samples that saw a
+    rewrite's Spark job running, so a test knows the sampling overlapped the work.
+    """
+
+    def __init__(self, secrets: tuple[str, ...]) -> None:
+        super().__init__(name="argv-sampler", daemon=True)
+        self.secrets = secrets
+        self.leaks: list[str] = []
+        self.spark_samples = 0
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(0.05):
+            spark = False
+            for process in psutil.process_iter(["cmdline"]):
+                command = " ".join(process.info["cmdline"] or [])
+                spark = spark or "run_procedure.py" in command
+                if any(secret in command for secret in self.secrets):
+                    self.leaks.append(command[:500])
+            self.spark_samples += spark
+
+
+@pytest.fixture
+def argv_sampler():
+    """``with argv_sampler(secret, ...) as sampler:`` samples command lines for the block's duration."""
+
+    @contextmanager
+    def sample(*secrets: str) -> Iterator[ArgvSampler]:
+        sampler = ArgvSampler(secrets)
+        sampler.start()
+        try:
+            yield sampler
+        finally:
+            sampler.stopped.set()
+            sampler.join(10)
+
+    return sample

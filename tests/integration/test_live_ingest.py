@@ -17,7 +17,7 @@ from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.live_ingest import measure
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows
-from devkit.writers import IngestJob, spark_job_hook
+from devkit.writers import BatchInsertJob, IngestJob, spark_job_hook
 
 TRIGGER_SECONDS = 3.0
 
@@ -36,7 +36,7 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
     try:
         job.wait_for_batches(3)
         # idle_seconds of half an hour: only the writer's acknowledgement can end the wait in time.
-        dag = compaction_dag(table, idle_seconds=1800, lease_seconds=4000, poke_interval=1)
+        dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
         for number in range(3):
             if number == 1:  # a restart from the streaming checkpoint between compactions
                 finals.append(job.stop())
@@ -101,3 +101,41 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
     writer_conflicts = [failure for failure in final["failures"] if "ValidationException" in failure]
     assert compaction_conflicts or writer_conflicts, "no ValidationException on either side without the gate"
+
+
+def test_two_gated_writers_each_acknowledge_and_three_compactions_lose_nothing(
+    unique_name, table_config, compaction_dag, tmp_path
+):
+    """The reference streaming writer and a batch writer on one table: the wait ends only once both acknowledge."""
+    table = f"lake.live.{unique_name}"
+    config = table_config(table)
+    ingest = IngestJob(config, tmp_path / "ingest", trigger_seconds=TRIGGER_SECONDS, writer_id="ingest").start()
+    batch = BatchInsertJob(config, tmp_path / "batch", first_key=1_000_000, writer_id="batch")
+    finals = []
+    try:
+        ingest.wait_for_batches(2)  # the streaming writer has created the table
+        # Two writers of one table: the MERGE must not conflict with the other's appends (Iceberg, gate or not).
+        with IcebergHook("lake").load_table(table.split(".", 1)[1]).transaction() as transaction:
+            transaction.set_properties({"write.merge.isolation-level": "snapshot"})
+        batch.start().wait_for_batches(2)
+        # idle_seconds of half an hour: only both writers' acknowledgements can end the wait in time.
+        dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
+        for number in range(3):
+            ingest.wait_for_batches(len(ingest.batches()) + 1)
+            batch.wait_for_batches(len(batch.batches()) + 1)
+            run = dag.test()
+            assert run.state == "success", f"compaction {number + 1} ended {run.state}"
+            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+            assert wait["done_by"] == "writer acknowledgement", wait
+            assert sorted(wait["writers_acknowledged"]) == ["batch", "ingest"], wait
+    finally:
+        finals = [job.stop() for job in (batch, ingest) if job._thread is not None]
+    assert ingest.processes_left() == [] and batch.processes_left() == []
+    assert [f["failed_commits"] for f in finals] == [0, 0], [f["failures"] for f in finals]
+    assert [f["exit_error"] for f in finals] == [None, None]
+    batch_final, ingest_final = finals
+    expected = expected_rows(ingest_final["max_value"], ingest.keys)
+    expected.update({key: (key, f"b{key}") for key in range(batch_final["first_key"], batch_final["next_key"])})
+    rows = table_rows(table)
+    assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
+    assert {key: (value, payload) for key, value, payload in rows} == expected

@@ -53,10 +53,15 @@ def test_a_dry_run_reports_the_plan_and_changes_neither_table_nor_gate(table, co
 
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states["check_run_params"] == "success"
-    assert {states[t] for t in states if t != "check_run_params"} == {"skipped"}
-    plan = run.get_task_instance("check_run_params").xcom_pull(task_ids="check_run_params", key="plan")
-    assert plan["data_files"] == 6 and plan["file_groups"] == 1 and plan["bytes"] > 0
+    assert states["check_run_params"] == states["plan_compaction"] == "success"
+    assert {states[t] for t in states if t not in ("check_run_params", "plan_compaction")} == {"skipped"}
+    plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
+    assert (plan["decision"], plan["outcome"]) == ("compact", "dry_run")
+    assert plan["partitions"] == {"rewrite_data_files": ["(unpartitioned)"]}  # no deletes: nothing for the other
+    assert plan["health"]["data_files"] == 6 and plan["health"]["bytes"] > 0
+    assert plan["health"]["unhealthy"][0]["small_files"] == 6
+    [record] = WriteGateHook().run_records(table)
+    assert (record["outcome"], record["data_files_before"], record["data_files_after"]) == ("dry_run", 6, None)
     assert snapshot_id(table) == before
     gate_after = WriteGateHook().get_state(table)
     assert (gate_after.state, gate_after.owner, gate_after.closed_at) == (
@@ -65,3 +70,36 @@ def test_a_dry_run_reports_the_plan_and_changes_neither_table_nor_gate(table, co
         gate_before.closed_at,
     )
     assert WriteGateHook().audit_trail(table) == []
+
+
+BAD_PREDICATES = {
+    "unbalanced-quote": ("id >= '3", "is not valid Spark SQL"),
+    "statement-separator": ("id >= 3; DROP TABLE lake.manual.t", "must be one expression"),
+    "unknown-column": ("region = 'eu'", "names 'region', which table lake.manual."),
+    "empty": ("", "param 'where' is empty"),
+}
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
+@pytest.mark.parametrize("name", list(BAD_PREDICATES))
+def test_a_predicate_spark_would_refuse_fails_check_run_params_before_the_gate(
+    table, compaction_dag, capfd, name, dry_run
+):
+    predicate, message = BAD_PREDICATES[name]
+    before = snapshot_id(table)
+
+    run = compaction_dag(table).test(run_conf={"where": predicate, "dry_run": dry_run})
+
+    assert run.state == "failed"
+    check = run.get_task_instance("check_run_params")
+    assert check.state == "failed"
+    assert run.get_task_instance("close_gate").state == "upstream_failed"
+    output = capfd.readouterr()
+    log = output.out + output.err  # dag.test() runs the tasks in this process
+    assert message in log and (repr(predicate) in log or name == "empty"), log[-3000:]
+    assert WriteGateHook().audit_trail(table) == []  # no close was even attempted
+    assert snapshot_id(table) == before
+    [record] = WriteGateHook().run_records(table)  # never planned, yet recorded
+    assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
+    assert record["reason"] == "check_run_params failed (RunParamsError); see its log"
+    assert predicate not in str(record) or name == "empty"  # the predicate stays in the task's log

@@ -18,6 +18,7 @@ import pytest
 
 from devkit.tables import TableStats
 from devkit.writers import write_small_files
+from tests.integration.conftest import CATALOG_USER_PASSWORD, GATE_USERS
 
 WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
 
@@ -108,15 +109,18 @@ def standalone_cluster(tmp_path: Path, monkeypatch) -> Iterator[StandaloneCluste
 
 
 def test_compaction_runs_on_the_standalone_cluster_with_the_local_result(
-    standalone_cluster, unique_name, table_config, compaction_dag
+    standalone_cluster, password_protected_catalog, unique_name, table_config, compaction_dag, argv_sampler
 ):
     table = f"lake.cluster.{unique_name}"
     write_small_files(table_config(table), *WRITER_ARGS)
     before = TableStats.read("lake", table)
 
-    run = compaction_dag(table, spark_conn_id="spark_standalone", spark={"executor_memory": "1g"}).test()
+    # No secret on any command line: the driver's, the worker's, its executors'.
+    with argv_sampler(CATALOG_USER_PASSWORD, GATE_USERS["airflow"][1]) as sampler:
+        run = compaction_dag(table, spark_conn_id="spark_standalone", spark={"executor_memory": "1g"}).test()
 
     assert run.state == "success"
+    assert sampler.spark_samples > 0 and sampler.leaks == [], sampler.leaks
     applications = {app["name"]: app for app in standalone_cluster.state()["completedapps"]}
     for procedure in ("rewrite_data_files", "rewrite_position_delete_files"):
         application = applications[f"iceberg-{procedure}-{table}"]

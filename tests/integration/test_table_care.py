@@ -32,11 +32,8 @@ class MarkerWriter(threading.Thread):
         self.commits: list[int] = []  # snapshot ids, oldest first
         self.error: BaseException | None = None
         self.stop = threading.Event()
-        connection = WriteGateHook.get_connection("write_gate_default")
-        self.gate = WriteGateClient.connect(
-            table, host=connection.host, port=connection.port, user=connection.login,
-            password=connection.password or "", database=connection.schema, poke_interval=0.1, log=lambda m: None,
-        )  # fmt: skip
+        settings = WriteGateHook("write_gate_writer").connection_settings()  # the writer user, with only its grants
+        self.gate = WriteGateClient.connect(table, **settings, poke_interval=0.1, log=lambda m: None)
 
     def commit(self) -> None:
         iceberg_table = IcebergHook("lake").load_table(self.table.split(".", 1)[1])

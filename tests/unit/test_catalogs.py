@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import airflow.providers.apache.iceberg.hooks.iceberg as iceberg_hook_module
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings, spark_settings_for_connection
-from airflow_iceberg.spark_jobs.iceberg_call import SECRET_CONF_ENV
 
 CATALOGS = {
     "sql": (
@@ -34,7 +34,14 @@ CATALOGS = {
             "host": "https://catalog.example.com/api/catalog/",
             "login": "client-id",
             "password": "client-s3cr3t",
-            "extra": {"type": "rest", "warehouse": "prod", "scope": "PRINCIPAL_ROLE:ALL", "s3.region": "eu-west-1"},
+            "extra": {
+                "type": "rest",
+                "warehouse": "prod",
+                "scope": "PRINCIPAL_ROLE:ALL",
+                "s3.region": "eu-west-1",
+                "token": "rest-t0ken",
+                "header.X-Api-Key": "rest-h3ader",
+            },
         },
         {
             "spark.sql.catalog.lake.type": "rest",
@@ -44,7 +51,11 @@ CATALOGS = {
             "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
             "spark.sql.catalog.lake.client.region": "eu-west-1",
         },
-        {"spark.sql.catalog.lake.credential": "client-id:client-s3cr3t"},
+        {
+            "spark.sql.catalog.lake.credential": "client-id:client-s3cr3t",
+            "spark.sql.catalog.lake.token": "rest-t0ken",
+            "spark.sql.catalog.lake.header.X-Api-Key": "rest-h3ader",
+        },
         {},
     ),
     "hive": (
@@ -76,7 +87,7 @@ CATALOGS = {
             "spark.sql.catalog.lake.client.region": "us-east-1",
         },
         {},
-        {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "glue-s3cr3t"},
+        {"aws.accessKeyId": "AKIAEXAMPLE", "aws.secretAccessKey": "glue-s3cr3t"},
     ),
 }
 
@@ -84,9 +95,9 @@ CATALOGS = {
 @pytest.fixture(params=sorted(CATALOGS))
 def catalog(request, monkeypatch):
     """A connection named after the Spark catalog ("lake") of one catalog type, as an env-var connection."""
-    connection, conf, secret_conf, secret_env = CATALOGS[request.param]
+    connection, conf, secret_conf, system_properties = CATALOGS[request.param]
     monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", **connection}))
-    return request.param, conf, secret_conf, secret_env
+    return request.param, conf, secret_conf, system_properties
 
 
 def test_properties_are_exactly_what_iceberg_hook_hands_to_pyiceberg(catalog, monkeypatch):
@@ -99,33 +110,32 @@ def test_properties_are_exactly_what_iceberg_hook_hands_to_pyiceberg(catalog, mo
 
 
 def test_spark_settings_match_the_catalog_and_keep_secrets_out_of_conf(catalog):
-    kind, conf, secret_conf, secret_env = catalog
+    kind, conf, secret_conf, system_properties = catalog
     settings = spark_settings_for_connection("lake", "lake")
     assert settings.conf == {
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
+        "spark.redaction.regex": r"(?i)secret|password|token|access[.-]?key|credential|header\.",
         "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
         **conf,
     }
-    assert settings.secret_conf == secret_conf
-    assert settings.secret_env == secret_env
-    for secret in [*secret_conf.values(), *secret_env.values()]:
+    assert settings.job_secrets == {"spark_conf": secret_conf, "system_properties": system_properties}
+    for secret in [*secret_conf.values(), *system_properties.values()]:
         assert secret not in json.dumps(settings.conf)
 
 
-def test_secret_confs_reach_the_job_as_one_json_environment_variable():
-    settings = spark_catalog_settings(
-        "lake", {"type": "sql", "uri": "mysql+pymysql://etl:pw@h:3306/cat", "warehouse": "file:///w"}
-    )
-    assert json.loads(settings.job_env[SECRET_CONF_ENV]) == {"spark.sql.catalog.lake.jdbc.password": "pw"}
+def test_spark_redacts_every_secret_setting_wherever_it_shows_settings(catalog):
+    redaction = re.compile(spark_settings_for_connection("lake", "lake").conf["spark.redaction.regex"])
+    for key in catalog[2]:  # Spark matches its redaction pattern against each setting's key
+        assert redaction.search(key), key
 
 
 def test_sql_catalog_without_password_has_no_secret():
     settings = spark_catalog_settings(
         "lake", {"type": "sql", "uri": "mysql+pymysql://root@127.0.0.1:3306/cat", "warehouse": "file:///w"}
     )
-    assert settings.secret_conf == {} and settings.job_env == {}
+    assert settings.job_secrets == {"spark_conf": {}, "system_properties": {}}
     assert settings.conf["spark.sql.catalog.lake.uri"] == "jdbc:mysql://127.0.0.1:3306/cat"
 
 

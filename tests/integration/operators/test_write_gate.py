@@ -25,7 +25,12 @@ def test_close_task_waits_for_a_gate_another_run_holds_and_closes_once_it_is_fre
     opener = threading.Timer(1.5, gate_hook.open_gate, args=(gate_table, RUN_A))
     opener.start()
     task = CloseWriteGateOperator(
-        task_id="close_gate", table=gate_table, lease_seconds=600, gate_wait_seconds=60, poke_interval=0.2
+        task_id="close_gate",
+        table=gate_table,
+        lease_seconds=600,
+        max_pause_seconds=600,
+        gate_wait_seconds=60,
+        poke_interval=0.2,
     )
     started = time.monotonic()
     result = task.execute(close_task_context(RUN_B))
@@ -43,7 +48,12 @@ def test_close_task_waits_for_a_gate_another_run_holds_and_closes_once_it_is_fre
 def test_close_task_gives_up_after_its_wait_with_one_refusal_recorded(gate_hook, gate_table):
     gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
     task = CloseWriteGateOperator(
-        task_id="close_gate", table=gate_table, lease_seconds=600, gate_wait_seconds=1, poke_interval=0.2
+        task_id="close_gate",
+        table=gate_table,
+        lease_seconds=600,
+        max_pause_seconds=600,
+        gate_wait_seconds=1,
+        poke_interval=0.2,
     )
     with pytest.raises(WriteGateHeldError, match=re.escape(RUN_A.run_id)):
         task.execute(close_task_context(RUN_B))

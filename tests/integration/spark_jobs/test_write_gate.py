@@ -36,17 +36,8 @@ def test_writer_check_treats_missing_gate_tables_as_open(mysql_server, unique_na
 
 
 def gate_client(gate_hook: WriteGateHook, gate_table: str, **kwargs) -> WriteGateClient:
-    """A writer-side client on the suite's gate database, connected the way a writer connects."""
-    connection = gate_hook.get_connection(gate_hook.write_gate_conn_id)
-    return WriteGateClient.connect(
-        gate_table,
-        host=connection.host,
-        port=connection.port,
-        user=connection.login,
-        password=connection.password or "",
-        database=connection.schema,
-        **kwargs,
-    )
+    """A writer-side client on the suite's gate database, connected as the writer user, with only its grants."""
+    return WriteGateClient.connect(gate_table, **WriteGateHook("write_gate_writer").connection_settings(), **kwargs)
 
 
 def test_writer_client_follows_the_rule_and_its_acknowledgement_is_recorded(gate_hook, gate_table):
@@ -57,10 +48,28 @@ def test_writer_client_follows_the_rule_and_its_acknowledgement_is_recorded(gate
     assert not client.may_commit()
     assert client.acknowledge_pause(42) is True
     state = gate_hook.get_state(gate_table)
-    assert state.writer_ack_snapshot_id == 42 and state.writer_acknowledged
+    [writer] = state.writers
+    assert (writer.writer_id, writer.ack_snapshot_id) == (client.writer_id, 42) and state.acknowledged_by(writer)
     gate_hook.open_gate(gate_table, RUN_A)
     assert client.may_commit()
-    assert gate_hook.get_state(gate_table).writer_ack_at is None  # opening clears it for the next closing
+    client.leave()
+    [left] = gate_hook.get_state(gate_table).writers
+    assert left.seen_at is None and left.ack_at is None  # it stopped for good: nobody waits for it
+
+
+def test_each_writer_registers_and_acknowledges_under_its_own_id(gate_hook, gate_table):
+    ingest = gate_client(gate_hook, gate_table, writer_id="ingest")
+    batch = gate_client(gate_hook, gate_table, writer_id="batch")
+    assert ingest.may_commit() and batch.may_commit()
+    state = gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+    assert [w.writer_id for w in gate_hook.get_state(gate_table).writers_to_wait_for()] == ["batch", "ingest"]
+    assert ingest.acknowledge_pause(5)
+    state = gate_hook.get_state(gate_table)
+    assert [w.writer_id for w in state.writers if state.acknowledged_by(w)] == ["ingest"]
+    assert batch.acknowledge_pause(6)
+    state = gate_hook.get_state(gate_table)
+    acknowledged = {w.writer_id: w.ack_snapshot_id for w in state.writers if state.acknowledged_by(w)}
+    assert acknowledged == {"ingest": 5, "batch": 6}
 
 
 def test_an_acknowledgement_of_an_earlier_closing_does_not_count(gate_hook, gate_table):
@@ -71,8 +80,10 @@ def test_an_acknowledgement_of_an_earlier_closing_does_not_count(gate_hook, gate
     while gate_hook.get_state(gate_table).pauses_writers:  # let RUN_A's lease run out without opening
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    state = gate_hook.close_gate(gate_table, RUN_B, lease_seconds=600)
-    assert state.writer_ack_snapshot_id == 7 and not state.writer_acknowledged
+    gate_hook.close_gate(gate_table, RUN_B, lease_seconds=600)
+    state = gate_hook.get_state(gate_table)
+    [writer] = state.writers
+    assert writer.ack_snapshot_id == 7 and not state.acknowledged_by(writer)
 
 
 def test_writer_waits_while_closed_acknowledges_and_resumes_when_opened(gate_hook, gate_table):
@@ -90,7 +101,8 @@ def test_writer_waits_while_closed_acknowledges_and_resumes_when_opened(gate_hoo
     opener.join()
     assert waited >= 0.9
     [paused] = seen_while_paused
-    assert paused.writer_acknowledged and paused.writer_ack_snapshot_id == 99
+    [writer] = paused.writers
+    assert paused.acknowledged_by(writer) and writer.ack_snapshot_id == 99
     assert [r["action"] for r in gate_hook.audit_trail(gate_table)] == ["close", "open"]
     assert client.may_commit()
 

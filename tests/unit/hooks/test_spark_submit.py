@@ -8,13 +8,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 from airflow.exceptions import AirflowException
 
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg.spark_jobs.iceberg_call import format_result_line
+from airflow_iceberg.spark_jobs.iceberg_call import LEASE_LOST_MARKER, format_result_line
 
 
 @pytest.fixture
@@ -79,3 +83,51 @@ def test_other_failures_are_no_commit_conflict(spark_submit):
     with pytest.raises(AirflowException):
         hook.submit("job.py")
     assert hook.commit_conflict is None
+
+
+def test_a_lost_lease_in_the_output_is_kept(spark_submit):
+    spark_submit(["Running: CALL ...", LEASE_LOST_MARKER + "the write gate of lake.db.t is no longer held"], status=3)
+    hook = IcebergSparkSubmitHook(name="t")
+    with pytest.raises(AirflowException):
+        hook.submit("job.py")
+    assert hook.lease_lost == "the write gate of lake.db.t is no longer held"
+
+
+TASK = """
+import sys
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
+IcebergSparkSubmitHook(name="t").submit("job.py")
+"""
+
+
+def test_spark_submit_dies_with_the_task_that_started_it(tmp_path, monkeypatch):
+    """SIGKILL of the task's process (nothing of it can clean up) still ends spark-submit within seconds."""
+    pid_file = tmp_path / "spark-submit.pid"
+    script = tmp_path / "spark-submit"
+    script.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")  # exec: the same process sleeps
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    task = subprocess.Popen([sys.executable, "-c", TASK])
+    try:
+        spark_pid = int(wait_for(lambda: pid_file.is_file() and pid_file.read_text().strip(), 60))
+        assert psutil.pid_exists(spark_pid)
+    finally:
+        task.kill()
+        task.wait(30)
+    assert wait_for(lambda: not alive(spark_pid), 30), f"spark-submit (pid {spark_pid}) outlived its task"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(condition, timeout: float):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"not within {timeout} s"
+        time.sleep(0.1)
+    return value

@@ -5,6 +5,7 @@ The same rules against the real MySQL are in ``tests/integration/hooks/test_writ
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from airflow_iceberg.hooks.write_gate import (
     GateOwner,
     GateState,
+    WriterState,
     check_lease_seconds,
     decide_close,
     decide_open,
@@ -31,9 +33,8 @@ def closed(owner: GateOwner, lease_left: float, **fields) -> GateState:
         closed_at=NOW - timedelta(minutes=10),
         lease_expires_at=NOW + timedelta(seconds=lease_left),
         opened_at=None,
-        writer_ack_at=fields.get("writer_ack_at"),
-        writer_ack_snapshot_id=fields.get("writer_ack_snapshot_id"),
         database_now=NOW,
+        **fields,
     )
 
 
@@ -54,10 +55,18 @@ def test_only_the_owner_holds_a_gate_and_only_while_its_lease_runs():
 
 
 def test_an_acknowledgement_counts_only_for_the_closing_it_was_made_in():
-    during = closed(RUN_A, 60, writer_ack_at=NOW - timedelta(minutes=5), writer_ack_snapshot_id=3)
-    before = closed(RUN_A, 60, writer_ack_at=NOW - timedelta(minutes=15), writer_ack_snapshot_id=3)
-    assert during.writer_acknowledged and not before.writer_acknowledged
-    assert not closed(RUN_A, 60).writer_acknowledged
+    gate = closed(RUN_A, 60)  # closed at NOW - 10 min
+    during = WriterState("ingest", NOW, NOW - timedelta(minutes=5), 3)
+    before = WriterState("ingest", NOW, NOW - timedelta(minutes=15), 3)
+    assert gate.acknowledged_by(during) and not gate.acknowledged_by(before)
+    assert not gate.acknowledged_by(WriterState("ingest", NOW, None, None))
+
+
+def test_the_writers_waited_for_are_those_seen_within_the_holders_lease_before_the_closing_or_since():
+    seen = lambda minutes: WriterState(f"w{minutes}", NOW + timedelta(minutes=minutes), None, None)  # noqa: E731
+    writers = (seen(-5), seen(-15), seen(-25), WriterState("left", None, None, None))
+    gate = closed(RUN_A, 60, lease_seconds=600, writers=writers)  # closed at -10 min with a 10-minute lease
+    assert [w.writer_id for w in gate.writers_to_wait_for()] == ["w-5", "w-15"]
 
 
 def test_an_open_gate_may_be_closed():
@@ -100,7 +109,8 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
     naive = datetime(2026, 11, 22, 12, 0, 0)
     row = {  # in no particular order, as a dict cursor returns it
         "database_now": naive + timedelta(seconds=5),
-        "writer_ack_snapshot_id": 42,
+        "lease_seconds": 3600,
+        "pause_deadline": naive + timedelta(hours=2),
         "state": "closed",
         "table_name": "lake.db.t",
         "lease_expires_at": naive + timedelta(hours=1),
@@ -108,15 +118,41 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
         "owner_dag_id": RUN_A.dag_id,
         "opened_at": None,
         "closed_at": naive,
-        "writer_ack_at": naive + timedelta(seconds=1),
     }
-    state = GateState.from_row(row)
-    assert state.owner == RUN_A and state.writer_ack_snapshot_id == 42
+    writer_row = {
+        "ack_snapshot_id": 42,
+        "writer_id": "ingest",
+        "seen_at": naive,
+        "ack_at": naive + timedelta(seconds=2),
+    }
+
+    state = GateState.from_row(row, (WriterState.from_row(writer_row),))
+    assert state.owner == RUN_A and state.lease_seconds == 3600
     assert state.closed_at == NOW and state.closed_at.tzinfo is timezone.utc
-    assert state.held_by(RUN_A) and state.writer_acknowledged
+    assert state.pause_deadline == NOW + timedelta(hours=2)
+    assert state.held_by(RUN_A) and state.acknowledged_by(state.writers[0])
+    assert state.writers[0].ack_snapshot_id == 42 and state.writers[0].seen_at.tzinfo is timezone.utc
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "60", True, None])
 def test_a_lease_must_be_a_positive_whole_number_of_seconds(bad):
     with pytest.raises(ValueError, match=f"lease_seconds must be a positive integer, got {bad!r}"):
         check_lease_seconds(bad)
+
+
+def test_a_gate_connection_without_a_login_is_refused_naming_it_never_taken_for_root(monkeypatch):
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+    connection = {"conn_type": "iceberg_write_gate", "host": "db", "schema": "gates"}
+    monkeypatch.setenv("AIRFLOW_CONN_GATE_NO_LOGIN", json.dumps(connection))
+    with pytest.raises(ValueError, match="connection 'gate_no_login' has no login"):
+        WriteGateHook("gate_no_login").connection_settings()
+    monkeypatch.setenv("AIRFLOW_CONN_GATE_NO_SCHEMA", json.dumps({**connection, "schema": None, "login": "a"}))
+    with pytest.raises(ValueError, match="connection 'gate_no_schema' names no database"):
+        WriteGateHook("gate_no_schema").connection_settings()
+
+
+def test_a_short_lease_still_waits_for_writers_seen_within_the_last_minute():
+    writers = (WriterState("seen-50s-before", NOW - timedelta(minutes=10, seconds=50), None, None),)
+    gate = closed(RUN_A, 60, lease_seconds=10, writers=writers)  # a 10 s lease, closed 10 min before NOW
+    assert [w.writer_id for w in gate.writers_to_wait_for()] == ["seen-50s-before"]  # it registers every 10 s

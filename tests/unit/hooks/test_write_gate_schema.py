@@ -10,7 +10,11 @@ import re
 import pytest
 
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_TABLE, gate_schema, parse_schema
-from airflow_iceberg.spark_jobs.write_gate import AUDIT_TABLE, GATE_TABLE, WRITER_ACK_SQL, WRITER_CHECK_SQL
+from airflow_iceberg.spark_jobs import write_gate
+from airflow_iceberg.spark_jobs.write_gate import AUDIT_TABLE, GATE_TABLE, WRITER_TABLE
+
+#: Every statement a writer runs, and every statement the lease's holder runs from Spark.
+PROTOCOL_STATEMENTS = {name: value for name, value in vars(write_gate).items() if name.endswith("_SQL")}
 
 
 def created_tables(statements) -> set[str]:
@@ -29,11 +33,17 @@ def test_version_one_creates_the_tables_the_writer_and_hook_name_and_the_version
     assert created_tables(schema.versions[0].statements) == {GATE_TABLE, AUDIT_TABLE}
 
 
-def test_every_column_the_writers_statements_use_exists_in_the_newest_schema():
+def test_version_three_adds_the_writers_table():
+    assert created_tables(gate_schema().versions[2].statements) == {WRITER_TABLE}
+
+
+def test_every_table_and_column_the_protocols_statements_use_exists_in_the_newest_schema():
     text = " ".join(s for v in gate_schema().versions for s in v.statements)
-    for column in ("state", "lease_expires_at", "writer_ack_at", "writer_ack_snapshot_id", "table_name"):
-        assert column in WRITER_CHECK_SQL + WRITER_ACK_SQL
-        assert re.search(rf"\b{column}\b", text), column
+    assert {"WRITER_REGISTER_SQL", "WRITER_CHECK_SQL", "WRITER_ACK_SQL", "WRITER_LEAVE_SQL"} <= set(PROTOCOL_STATEMENTS)
+    for name, statement in PROTOCOL_STATEMENTS.items():
+        # Lower-case names with an underscore are the schema's own (keywords are upper case); aliases are not.
+        for identifier in set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", re.sub(r"\bAS \w+", "", statement))):
+            assert re.search(rf"\b{identifier}\b", text), f"{name} uses {identifier}, which the schema lacks"
 
 
 def test_sections_and_statements_are_split_where_the_file_says():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,8 @@ from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
-from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName
+from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE, InvalidCallError, TableName, format_result_line
+from airflow_iceberg.spark_jobs.write_gate import Lease
 
 
 def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_module():
@@ -29,7 +31,7 @@ def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_mo
 
     assert SPARK_JOBS_DIR.samefile(airflow_iceberg.spark_jobs.__path__[0])
     assert op.application == str(RUN_PROCEDURE_JOB) and RUN_PROCEDURE_JOB.is_file()
-    assert op.py_files == str(SPARK_JOBS_DIR / "iceberg_call.py")
+    assert op.py_files == f"{SPARK_JOBS_DIR / 'iceberg_call.py'},{SPARK_JOBS_DIR / 'write_gate.py'}"
     assert op.name == "iceberg-rewrite_data_files-lake.demo.events"
     assert op.table == TableName("lake", "demo", "events")
     assert op.iceberg_conn_id == "lake"  # the catalog's name by default
@@ -176,3 +178,143 @@ def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypat
     with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict") as raised:
         op.execute({"outlet_events": {}})
     assert "Cannot commit, found new position delete" in str(raised.value)
+
+
+#: Catalog connections with every kind of secret they can hold, and the secrets themselves.
+SECRET_CATALOGS = {
+    "jdbc-password": (
+        {"extra": {"type": "sql", "uri": "mysql+pymysql://etl:Jdbc-s3cret@db:3306/cat", "warehouse": "s3://w/"}},
+        ["Jdbc-s3cret"],
+    ),
+    "rest-token-and-header": (
+        {
+            "host": "https://catalog.example.com/api",
+            "login": "client",
+            "password": "Rest-s3cret",
+            "extra": {"type": "rest", "token": "Rest-t0ken", "header.X-Api-Key": "Rest-h3ader"},
+        },
+        ["Rest-s3cret", "Rest-t0ken", "Rest-h3ader"],
+    ),
+    "glue-keys": (
+        {"extra": {"type": "glue", "warehouse": "s3://w/", "glue.access-key-id": "AKIAGLUEKEY",
+                   "glue.secret-access-key": "Glue-s3cret", "glue.session-token": "Glue-t0ken"}},
+        ["AKIAGLUEKEY", "Glue-s3cret", "Glue-t0ken"],
+    ),
+}  # fmt: skip
+GATE_PASSWORD = "Gate-s3cret"
+#: Every deploy mode: the Spark connection, and whether the driver runs on the cluster.
+DEPLOY_MODES = {
+    "local": ({"host": "local[2]"}, False),
+    "standalone-client": ({"host": "spark://master:7077", "extra": {"deploy-mode": "client"}}, False),
+    "yarn-client": ({"host": "yarn", "extra": {"deploy-mode": "client", "queue": "etl"}}, False),
+    "yarn-cluster": ({"host": "yarn", "extra": {"deploy-mode": "cluster"}}, True),
+    "kubernetes-client": ({"host": "k8s://https://kube:6443", "extra": {"deploy-mode": "client"}}, False),
+    "kubernetes-cluster": (
+        {"host": "k8s://https://kube:6443", "extra": {"deploy-mode": "cluster", "namespace": "spark"}},
+        True,
+    ),
+}
+
+
+class StandingLease:
+    """A lease whose renewals always leave five minutes."""
+
+    table = "lake.demo.events"
+
+    def renew(self) -> Lease:
+        return Lease(seconds_left=300, at_pause_deadline=False)
+
+
+def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict) -> tuple[list[str], dict, int, Path]:
+    """Run the gated rewrite task's execute with these connections, up to spark-submit, which is not started.
+
+    Returns the command it would run, the secrets file's contents and mode at that moment, and the file.
+    """
+    from airflow_iceberg.hooks.write_gate import GateState, WriteGateHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", **spark}))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", **catalog}))
+    gate = {"conn_type": "iceberg_write_gate", "host": "gate-db", "login": "airflow", "password": GATE_PASSWORD}
+    monkeypatch.setenv("AIRFLOW_CONN_WRITE_GATE_DEFAULT", json.dumps({**gate, "schema": "gates"}))
+    held = GateState("lake.demo.events", "closed", None, None, None, None, None, lease_seconds=300)
+    # Renewing the lease needs the gate's MySQL, which these commands never reach.
+    monkeypatch.setattr(WriteGateHook, "renew_lease", lambda self, table, owner: held)
+    monkeypatch.setattr(WriteGateHook, "lease", lambda self, table, owner: StandingLease())
+    seen = {}
+
+    def submit(hook, application: str = "", **kwargs):
+        seen["command"] = hook._build_spark_submit_command(application)
+        path = Path(flag(seen["command"], "--job-secrets"))
+        local = path if path.is_absolute() else Path(flag(seen["command"], "--files").split(",")[-1])
+        seen["file"], seen["secrets"], seen["mode"] = local, json.loads(local.read_text()), local.stat().st_mode
+        return None
+
+    monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
+    op = IcebergRewriteOperator(
+        task_id="rewrite_data_files", table="lake.demo.events", procedure="rewrite_data_files",
+        write_gate_conn_id="write_gate_default",
+        durable=False,  # YARN cluster mode resumes only through the ResourceManager's REST API, not set up here
+    )  # fmt: skip
+
+    class Dag:
+        dag_id = "iceberg_compact__lake__demo__events"
+
+    class TaskInstance:  # where the task's XComs go; this test reads none of them
+        def xcom_push(self, key, value):
+            pass
+
+    op.execute({"outlet_events": {}, "dag": Dag, "run_id": "manual__1", "params": {}, "ti": TaskInstance()})
+    return seen["command"], seen["secrets"], seen["mode"], seen["file"]
+
+
+@pytest.mark.parametrize("catalog", list(SECRET_CATALOGS))
+@pytest.mark.parametrize("mode", list(DEPLOY_MODES))
+def test_no_secret_is_on_the_command_line_or_in_any_conf_in_any_deploy_mode(monkeypatch, tmp_path, mode, catalog):
+    spark, cluster = DEPLOY_MODES[mode]
+    connection, secrets = SECRET_CATALOGS[catalog]
+
+    command, shipped, file_mode, secrets_file = submitted(monkeypatch, tmp_path, spark, connection)
+
+    for secret in [*secrets, GATE_PASSWORD]:
+        assert not any(secret in argument for argument in command), f"{secret} is on the command line"
+    assert not any(a.startswith(("spark.yarn.appMasterEnv", "spark.kubernetes.driverEnv")) for a in command)
+    # The job gets them in its secrets file, readable by this user alone, gone once the task is done.
+    assert stat_mode(file_mode) == 0o600
+    assert all(secret in json.dumps(shipped) for secret in [*secrets, GATE_PASSWORD])
+    assert shipped["gate"]["lease_seconds"] == 300 and shipped["gate"]["run_id"] == "manual__1"
+    assert not secrets_file.exists()
+    job_secrets = flag(command, "--job-secrets")
+    if cluster:  # shipped by spark-submit and found by name where the driver runs
+        assert job_secrets == JOB_SECRETS_FILE and str(secrets_file) in flag(command, "--files").split(",")
+    else:
+        assert job_secrets == str(secrets_file) and "--files" not in command
+
+
+def stat_mode(mode: int) -> int:
+    return mode & 0o777
+
+
+def test_a_python_job_in_cluster_mode_on_a_standalone_master_is_refused_before_anything_runs(monkeypatch, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    standalone_cluster = {"host": "spark://master:7077", "extra": {"deploy-mode": "cluster"}}
+    with pytest.raises(AirflowFailException, match="'spark_default' asks for cluster deploy mode on a standalone"):
+        submitted(monkeypatch, tmp_path, standalone_cluster, SECRET_CATALOGS["jdbc-password"][0])
+
+
+def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowException
+
+    result = {"rewritten_data_files_count": 4, "added_data_files_count": 1, "failed_data_files_count": 29}
+    spark_submit = tmp_path / "spark-submit"
+    spark_submit.write_text(f"#!/bin/sh\necho '{format_result_line(result)}'\n")
+    spark_submit.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", "extra": {"type": "sql",
+                       "uri": "mysql+pymysql://u@127.0.0.1:1/unused", "warehouse": "file:///tmp/unused"}}))  # fmt: skip
+    op = gated_rewrite(None)
+    op.apply_run_params = False
+    with pytest.raises(AirflowException, match="could not rewrite 29 data files") as raised:
+        op.execute({"outlet_events": {}})
+    assert "file groups that did succeed were committed" in str(raised.value)

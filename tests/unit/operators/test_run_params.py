@@ -5,9 +5,12 @@ from __future__ import annotations
 import pendulum
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, TimestamptzType
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
+from airflow_iceberg.health import PROCEDURES
 from airflow_iceberg.operators.run_params import (
     CheckRunParamsOperator,
     RunParamsError,
@@ -70,6 +73,10 @@ def test_params_become_options_arguments_and_predicate():
         ({"strategy": "sort", "sort_order": "id; DROP TABLE x"}, "param 'sort_order'"),
         ({"sort_order": "id"}, "param 'sort_order'"),
         ({"dry_run": "yes"}, "param 'dry_run'"),
+        ({"where": ""}, "param 'where' is empty"),
+        ({"where": "dt = '2026"}, "param 'where' \"dt = '2026\" is not valid Spark SQL"),
+        ({"where": "id > 0; DROP TABLE x"}, "param 'where' .* must be one expression"),
+        ({"where": 3}, "param 'where' must be a Spark SQL predicate string"),
     ],
 )
 def test_a_bad_param_is_refused_by_name(params, named):
@@ -77,42 +84,81 @@ def test_a_bad_param_is_refused_by_name(params, named):
         overrides_from_params({**DEFAULTS, **params})
 
 
-def check_operator(where: str | None, dry_run_filter: str | None = None) -> CheckRunParamsOperator:
-    return CheckRunParamsOperator(
-        task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake", where=where,
-        dry_run_filter=dry_run_filter,
-    )  # fmt: skip
+class FakeIcebergTable:
+    """What check_run_params reads of a table when the run is not a dry run: its schema."""
+
+    def schema(self) -> Schema:
+        return Schema(NestedField(1, "id", LongType()), NestedField(2, "ts", TimestamptzType()))
 
 
-def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sentence_that_says_so():
-    op = check_operator("ts >= '{{ ds }}'")
+def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> CheckRunParamsOperator:
+    op = CheckRunParamsOperator(task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake",
+                                where=dict.fromkeys(PROCEDURES, where))  # fmt: skip
+    monkeypatch.setattr(op, "_load_table", FakeIcebergTable)
+    return op
+
+
+def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sentence_that_says_so(monkeypatch):
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     with pytest.raises(RunParamsError) as raised:
         op._check(params={"dry_run": False})  # a run triggered with logical_date null: no ds, no logical_date
     message = str(raised.value)
-    assert message.startswith("the table's where \"ts >= '{{ ds }}'\" uses the run's logical date ('ds' is undefined)")
+    assert message.startswith(
+        "the table's where for rewrite_data_files \"ts >= '{{ ds }}'\" uses the run's logical date ('ds' is undefined)"
+    )
     assert "this run has none" in message and "Give the run its own 'where' in its conf" in message
     assert isinstance(raised.value, AirflowFailException)  # not retried: a retry has no logical date either
 
 
-def test_a_run_with_its_own_where_never_renders_the_tables_predicate():
-    op = check_operator("ts >= '{{ ds }}'", dry_run_filter="ts >= '{{ ds }}'")
-    assert op._check(params={"where": "ts >= '2026-01-01'", "dry_run": False}) is True
+def test_a_run_with_its_own_where_never_renders_the_tables_predicate(monkeypatch):
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+    assert op._check(params={"where": "ts >= '2026-01-01'", "dry_run": False}) == dict.fromkeys(
+        PROCEDURES, "ts >= '2026-01-01'"
+    )
 
 
-def test_with_a_logical_date_the_tables_predicate_renders():
-    op = check_operator("ts >= '{{ ds }}'")
-    assert op._check(params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20)) is True
+def test_a_predicate_per_procedure_overrides_where_for_that_procedure_only(monkeypatch):
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+    params = {"where": "id > 1", "rewrite_position_delete_files_where": "id > 2"}
+    assert op._check(params=params) == {"rewrite_data_files": "id > 1", "rewrite_position_delete_files": "id > 2"}
 
 
-def test_a_predicate_that_is_not_a_template_is_named():
+def test_with_a_logical_date_the_tables_predicate_renders(monkeypatch):
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+    rendered = op._check(params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20))
+    assert rendered == dict.fromkeys(PROCEDURES, "ts >= '2026-11-20'")
+
+
+def test_a_predicate_that_is_not_a_template_is_named(monkeypatch):
     with pytest.raises(RunParamsError, match="is not a valid template: unexpected char") as raised:
-        check_operator('ts >= {{ ds "')._check(params={}, ds="2026-11-20", logical_date=pendulum.now())
-    assert "the table's where 'ts >= {{ ds \"'" in str(raised.value)
+        check_operator('ts >= {{ ds "', monkeypatch)._check(params={}, ds="2026-11-20", logical_date=pendulum.now())
+    assert "the table's where for rewrite_data_files 'ts >= {{ ds \"'" in str(raised.value)
 
 
-def test_a_bad_param_fails_without_retries():
+def test_a_bad_param_fails_without_retries(monkeypatch):
     with pytest.raises(RunParamsError, match="param 'strategy'"):
-        check_operator(None)._check(params={"strategy": "zigzag"})
+        check_operator(None, monkeypatch)._check(params={"strategy": "zigzag"})
+
+
+@pytest.mark.parametrize(
+    ("table_where", "params", "message"),
+    [
+        (None, {"where": "region = 'eu'"}, "param 'where' \"region = 'eu'\" names 'region', which table lake.db.t"),
+        ("id > 0; DROP TABLE x", {}, "the table's where .* must be one expression"),
+        ("ts >= '{{ ds }}' AND nope = 1", {}, "the table's where .* names 'nope'"),
+        (None, {"where": "id = 'seven'"}, "param 'where' \"id = 'seven'\" does not fit the table's columns"),
+        (None, {"where": "id = 1 OR id = ts"}, None),  # Spark may apply what metadata cannot: not refused
+    ],
+    ids=["unknown-column", "separator", "unknown-column-in-template", "wrong-type", "column-to-column"],
+)
+def test_a_predicate_spark_would_refuse_fails_the_check_before_the_gate(monkeypatch, table_where, params, message):
+    op = check_operator(table_where, monkeypatch)
+    context = {"params": params, "ds": "2026-11-20", "logical_date": pendulum.datetime(2026, 11, 20)}
+    if message is None:
+        assert op._check(**context) == dict.fromkeys(PROCEDURES, params["where"])
+        return
+    with pytest.raises(RunParamsError, match=message):
+        op._check(**context)
 
 
 def test_the_params_declare_draft_7_so_airflow_checks_them_cheaply():

@@ -11,12 +11,13 @@ from airflow_iceberg.operators.table_care import (
 )
 
 
-def test_orphan_removal_refuses_an_older_than_inside_the_lease_plus_margin():
-    with pytest.raises(ValueError, match=r"older_than_hours=25 is too short: .* lease \(90000 s\) plus a margin"):
-        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=25, lease_seconds=90000)
+def test_orphan_removal_refuses_an_older_than_inside_the_longest_pause_plus_margin():
+    table = "lake.demo.events"
+    with pytest.raises(ValueError, match=r"older_than_hours=25 is too short: .* pause \(90000 s\) plus a margin"):
+        RemoveOrphanFilesOperator(task_id="r", table=table, older_than_hours=25, max_pause_seconds=90000)
     with pytest.raises(ValueError, match=r"older_than_hours=2 is too short: .* Iceberg's own 24 hours"):
-        RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=2, lease_seconds=600)
-    ok = RemoveOrphanFilesOperator(task_id="r", table="lake.demo.events", older_than_hours=26, lease_seconds=90000)
+        RemoveOrphanFilesOperator(task_id="r", table=table, older_than_hours=2, max_pause_seconds=600)
+    ok = RemoveOrphanFilesOperator(task_id="r", table=table, older_than_hours=26, max_pause_seconds=90000)
     assert ok.procedure == "remove_orphan_files"
 
 

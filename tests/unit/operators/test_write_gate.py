@@ -8,13 +8,19 @@ from airflow.sdk import TriggerRule
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName
 
-CLOSE = {"table": "lake.demo.events", "lease_seconds": 600, "gate_wait_seconds": 60, "poke_interval": 5}
+CLOSE = {
+    "table": "lake.demo.events",
+    "lease_seconds": 600,
+    "max_pause_seconds": 3600,
+    "gate_wait_seconds": 60,
+    "poke_interval": 5,
+}
 
 
 def test_close_operator_takes_the_table_as_a_value_and_its_settings_unchanged():
     op = CloseWriteGateOperator(task_id="c", **CLOSE)
     assert op.table == TableName("lake", "demo", "events")
-    assert (op.lease_seconds, op.gate_wait_seconds, op.poke_interval) == (600, 60, 5)
+    assert (op.lease_seconds, op.max_pause_seconds, op.gate_wait_seconds, op.poke_interval) == (600, 3600, 60, 5)
     assert op.write_gate_conn_id == "write_gate_default"
 
 
@@ -22,6 +28,8 @@ def test_close_operator_takes_the_table_as_a_value_and_its_settings_unchanged():
     ("bad", "message"),
     [
         ({"lease_seconds": 0}, "lease_seconds must be a positive integer, got 0"),
+        ({"max_pause_seconds": 0}, "max_pause_seconds must be a positive integer, got 0"),
+        ({"max_pause_seconds": 300}, r"max_pause_seconds \(300\) must be at least the lease \(600\)"),
         ({"gate_wait_seconds": -1}, "gate_wait_seconds must not be negative, got -1"),
         ({"poke_interval": 0}, "poke_interval must be positive, got 0"),
     ],

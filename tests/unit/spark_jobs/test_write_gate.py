@@ -6,14 +6,27 @@ The same client against the real MySQL is in ``tests/integration/spark_jobs/test
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime
 
 import pymysql
 import pytest
 
-from airflow_iceberg.spark_jobs.write_gate import WRITER_ACK_SQL, WRITER_CHECK_SQL, WriteGateClient, check_gate
+from airflow_iceberg.spark_jobs.write_gate import (
+    WRITER_ACK_SQL,
+    WRITER_CHECK_SQL,
+    WRITER_LEAVE_SQL,
+    WRITER_REGISTER_SQL,
+    Lease,
+    LeaseKeeper,
+    LeaseLostError,
+    WriteGateAccessError,
+    WriteGateClient,
+    check_gate,
+)
 
 TABLE = "lake.db.events"
+WRITER = "events-ingest"
 LEASE_END = datetime(2026, 11, 22, 13, 0, 0)
 
 
@@ -44,7 +57,11 @@ class FakeGateDatabase:
         self.row = row
         self.table_exists = True
         self.down = False
+        #: A MySQL error number every statement fails with (an access-denied one, say), or None.
+        self.refuse_with: int | None = None
         self.acknowledgements: list[tuple] = []
+        #: Every statement run, in order: ("register" | "check" | "ack" | "leave", committed so far?).
+        self.log: list[str] = []
         self.connections = 0
 
     def connect(self) -> FakeConnection:
@@ -64,6 +81,7 @@ class FakeConnection:
 
     def commit(self) -> None:
         self._answer()
+        self.database.log.append("commit")
 
     def rollback(self) -> None:
         pass
@@ -93,11 +111,20 @@ class FakeCursor:
         db = self.database
         if db.down:
             raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+        if db.refuse_with is not None:
+            raise pymysql.err.OperationalError(db.refuse_with, "SELECT command denied to user 'writer'@'localhost'")
         if not db.table_exists:
             raise pymysql.err.ProgrammingError(1146, "Table 'gates.iceberg_write_gate' doesn't exist")
         paused = db.row and db.paused_for > 0
-        if statement == WRITER_CHECK_SQL:
+        if statement == WRITER_REGISTER_SQL:
+            assert params == (TABLE, WRITER)
+            db.log.append("register")
+        elif statement == WRITER_LEAVE_SQL:
+            assert params == (TABLE, WRITER)
+            db.log.append("leave")
+        elif statement == WRITER_CHECK_SQL:
             assert params == (TABLE,)
+            db.log.append("check")
             db.paused_for -= 1 if paused else 0
             self._row = None
             if db.row:
@@ -107,6 +134,7 @@ class FakeCursor:
                     "lease_seconds_left": db.lease_seconds_left,
                 }
         elif statement == WRITER_ACK_SQL:
+            db.log.append("ack")
             self.rowcount = 1 if paused else 0
             if paused:
                 db.acknowledgements.append(params)
@@ -120,7 +148,9 @@ class FakeCursor:
 
 def client(database: FakeGateDatabase, clock: FakeClock, messages: list[str] | None = None) -> WriteGateClient:
     log = messages.append if messages is not None else (lambda message: None)
-    return WriteGateClient(TABLE, database.connect, poke_interval=1.0, clock=clock, sleep=clock.sleep, log=log)
+    return WriteGateClient(
+        TABLE, database.connect, writer_id=WRITER, poke_interval=1.0, clock=clock, sleep=clock.sleep, log=log
+    )
 
 
 def test_a_table_without_a_gate_row_or_gate_tables_may_commit():
@@ -135,7 +165,7 @@ def test_a_closed_gate_pauses_the_writer_until_it_opens_with_one_acknowledgement
     gate = client(database, clock)
     waited = gate.wait_until_open(last_snapshot_id=42)
     assert waited == 4.0 and clock.sleeps == [1.0] * 4  # 4 closed answers, a poke interval after each
-    assert database.acknowledgements == [(42, TABLE)]  # once, with the last committed snapshot
+    assert database.acknowledgements == [(42, TABLE, WRITER)]  # once, with the last committed snapshot
     assert gate.may_commit()
 
 
@@ -198,3 +228,125 @@ def test_an_acknowledgement_during_an_outage_is_reported_not_raised():
 def test_the_acknowledgement_is_taken_only_while_the_gate_pauses_writers(paused_for):
     database = FakeGateDatabase(paused_for=paused_for)
     assert client(database, FakeClock()).acknowledge_pause(9) is (paused_for > 0)
+
+
+def test_the_writer_registers_at_its_first_look_and_commits_that_before_reading_the_gate():
+    database, clock = FakeGateDatabase(paused_for=1), FakeClock()
+    client(database, clock).wait_until_open(3)
+    # A compaction that reads the writers after closing the gate sees this writer before it can decide to commit.
+    assert database.log[:4] == ["register", "commit", "check", "commit"]
+    assert database.log.count("check") == 2  # closed, then open
+    assert database.log.count("register") == 2  # at the first look, and before the acknowledgement
+
+
+def test_the_writer_says_it_is_there_again_every_few_seconds_not_at_every_look():
+    database, clock = FakeGateDatabase(), FakeClock()
+    gate = client(database, clock)
+    for _ in range(25):  # a look every second, as a writer committing every second does
+        gate.may_commit()
+        clock.sleep(1.0)
+    assert database.log.count("check") == 25
+    assert database.log.count("register") == 3  # at 0 s, 10 s and 20 s: well inside the sensor's minute
+
+
+def test_a_writer_that_stops_for_good_leaves_the_gate_and_closing_alone_does_not():
+    database, clock = FakeGateDatabase(), FakeClock()
+    gate = client(database, clock)
+    gate.may_commit()
+    gate.close()
+    assert "leave" not in database.log
+    gate.leave()
+    assert database.log[-2:] == ["leave", "commit"]
+
+
+@pytest.mark.parametrize("error", [1044, 1045, 1142, 1143])
+def test_a_user_without_the_protocols_grants_is_an_error_not_an_outage(error):
+    database, clock = FakeGateDatabase(), FakeClock()
+    database.refuse_with = error
+    with pytest.raises(WriteGateAccessError, match="SELECT on iceberg_write_gate"):
+        client(database, clock).may_commit()
+    with pytest.raises(WriteGateAccessError):
+        client(database, clock).acknowledge_pause(1)
+
+
+class FakeLease:
+    """A holder's lease whose renewals answer from a script: seconds left, a lost gate, or MySQL away."""
+
+    def __init__(self, *answers) -> None:
+        self.table = TABLE
+        self.answers = list(answers)
+        self.renewals = 0
+
+    def renew(self) -> Lease:
+        self.renewals += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return Lease(seconds_left=answer, at_pause_deadline=False)
+
+
+def keeper(lease: FakeLease, clock: FakeClock, lost: list[str]) -> LeaseKeeper:
+    def wait(seconds: float) -> bool:
+        clock.sleep(seconds)
+        return False  # never stopped: the keeper ends only by losing the lease
+
+    return LeaseKeeper(lease, lost.append, every=30, margin=10, clock=clock, wait=wait, log=lambda message: None)
+
+
+def test_the_keeper_renews_every_interval_while_the_run_holds_the_gate():
+    lease, clock, lost = FakeLease(120, 120, 120, LeaseLostError("forced open")), FakeClock(), []
+    keep = keeper(lease, clock, lost)
+    assert keep.renew_now().seconds_left == 120
+    keep._run()  # returns once the lease is lost
+    assert lease.renewals == 4 and clock.sleeps == [30, 30, 30]
+    assert lost == ["forced open"] and keep.lost == "forced open"
+
+
+def test_with_mysql_away_the_keeper_stops_the_work_a_margin_before_the_last_lease_ends():
+    away = pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
+    lease, clock, lost = FakeLease(60, away), FakeClock(), []
+    keep = keeper(lease, clock, lost)
+    started = clock()
+    keep.renew_now()  # 60 s left, by the database's clock
+    keep._watch()
+    assert clock() - started == 50  # stopped 10 s (the margin) before the lease ends, never after
+    assert "ends in under 10 s and could not be renewed" in lost[0]
+
+
+def test_a_lease_capped_at_the_pauses_deadline_stops_the_work_before_writers_resume():
+    lease, clock, lost = FakeLease(45, 15, 5), FakeClock(), []
+    keep = keeper(lease, clock, lost)
+    keep.renew_now()
+    keep._run()
+    assert clock.sleeps == [30, 5]  # woke at the margin before the capped lease's end, not a whole interval later
+    assert "reached the pause's ceiling" in lost[0]
+
+
+def test_a_renewal_that_hangs_does_not_hold_the_work_past_the_lease():
+    """The watch stops the work at the margin while a renewal still waits (a dead network, a locked row)."""
+    hang, stopped = threading.Event(), threading.Event()
+
+    class HangingLease(FakeLease):
+        def renew(self) -> Lease:
+            if self.renewals:
+                hang.wait(60)
+            return super().renew()
+
+    lost: list[str] = []
+    keep = LeaseKeeper(HangingLease(0.6), lambda reason: (lost.append(reason), stopped.set()), every=0.05,
+                       margin=0.2, log=lambda message: None)  # fmt: skip
+    keep.start()
+    try:
+        assert stopped.wait(30), "the work was never stopped"
+        assert not hang.is_set() and "could not be renewed" in lost[0]  # the second renewal still hangs
+    finally:
+        hang.set()
+        keep.stop()
+    assert len(lost) == 1
+
+
+def test_no_work_starts_on_a_lease_that_is_gone_or_nearly_gone():
+    with pytest.raises(LeaseLostError, match="no longer held"):
+        keeper(FakeLease(LeaseLostError("no longer held")), FakeClock(), []).start()
+    with pytest.raises(LeaseLostError, match="has 4.0 s of lease left"):
+        keeper(FakeLease(4), FakeClock(), []).start()

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateNotHeldError
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateNotHeldError, WriterState
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers import snapshot_idle
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
@@ -16,7 +16,13 @@ RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def gate(seconds_after_close: float, *, owner=RUN, ack_after: float | None = None, ack_snapshot=None) -> GateState:
+def writer(name: str, *, seen: float | None = -5, ack_after: float | None = None, ack_snapshot=None) -> WriterState:
+    """A writer last seen ``seen`` seconds after CLOSED_AT (None: it left), acknowledging ``ack_after`` s after it."""
+    at = lambda seconds: None if seconds is None else CLOSED_AT + timedelta(seconds=seconds)  # noqa: E731
+    return WriterState(name, at(seen), at(ack_after), ack_snapshot)
+
+
+def gate(seconds_after_close: float, *, owner=RUN, writers: tuple[WriterState, ...] = ()) -> GateState:
     """A gate closed by ``owner`` at CLOSED_AT with an hour's lease, read ``seconds_after_close`` later."""
     return GateState(
         table="lake.db.t",
@@ -25,9 +31,9 @@ def gate(seconds_after_close: float, *, owner=RUN, ack_after: float | None = Non
         closed_at=CLOSED_AT,
         lease_expires_at=CLOSED_AT + timedelta(hours=1),
         opened_at=None,
-        writer_ack_at=None if ack_after is None else CLOSED_AT + timedelta(seconds=ack_after),
-        writer_ack_snapshot_id=ack_snapshot,
         database_now=CLOSED_AT + timedelta(seconds=seconds_after_close),
+        lease_seconds=3600,
+        writers=writers,
     )
 
 
@@ -53,23 +59,52 @@ def test_a_table_without_snapshots_is_quiet_since_the_close():
 
 
 def test_the_writers_acknowledgement_ends_the_wait_at_once():
-    check = decide_idle(gate(1, ack_after=0.5, ack_snapshot=7), RUN, snapshot(7, -100), idle_seconds=1800)
+    state = gate(1, writers=(writer("ingest", ack_after=0.5, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(7, -100), idle_seconds=1800)
     assert check.done and check.acknowledged
     assert check.as_xcom()["done_by"] == "writer acknowledgement"
+    assert check.as_xcom()["writers_acknowledged"] == ["ingest"]
 
 
 def test_an_acknowledgement_with_a_newer_snapshot_after_it_falls_back_to_the_window():
-    check = decide_idle(gate(2, ack_after=0.5, ack_snapshot=7), RUN, snapshot(8, 1), idle_seconds=1800)
+    state = gate(2, writers=(writer("ingest", ack_after=0.5, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(8, 1), idle_seconds=1800)
     assert not check.done and not check.acknowledged
 
 
 def test_an_acknowledgement_of_an_earlier_closing_does_not_count():
-    check = decide_idle(gate(2, ack_after=-10, ack_snapshot=7), RUN, snapshot(7, -100), idle_seconds=1800)
-    assert not check.done
+    state = gate(2, writers=(writer("ingest", ack_after=-10, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(7, -100), idle_seconds=1800)
+    assert not check.done and check.writers == ("ingest",) and check.writers_acknowledged == ()
 
 
 def test_the_writer_of_an_empty_table_acknowledges_with_no_snapshot():
-    assert decide_idle(gate(1, ack_after=0.5, ack_snapshot=None), RUN, None, idle_seconds=1800).done
+    state = gate(1, writers=(writer("ingest", ack_after=0.5, ack_snapshot=None),))
+    assert decide_idle(state, RUN, None, idle_seconds=1800).done
+
+
+def test_with_two_writers_one_acknowledgement_is_not_enough():
+    ingest = writer("ingest", ack_after=0.5, ack_snapshot=7)
+    batch = writer("batch", seen=-30)
+    check = decide_idle(gate(2, writers=(ingest, batch)), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert not check.done and check.writers == ("ingest", "batch") and check.writers_acknowledged == ("ingest",)
+    both = (ingest, writer("batch", seen=1, ack_after=1, ack_snapshot=5))
+    check = decide_idle(gate(2, writers=both), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.acknowledged  # the newest snapshot is the one "ingest" acknowledged
+
+
+def test_writers_not_seen_within_a_lease_of_the_closing_or_gone_are_not_waited_for():
+    ingest = writer("ingest", ack_after=0.5, ack_snapshot=7)
+    stale = writer("stale", seen=-3601)  # last read the gate more than a lease before the closing
+    gone = writer("gone", seen=None)  # its client closed: it left
+    check = decide_idle(gate(2, writers=(ingest, stale, gone)), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.writers == ("ingest",)
+
+
+def test_a_newest_snapshot_nobody_acknowledged_falls_back_to_the_window():
+    # Both writers acknowledged, but a snapshot neither of them committed last is the newest: someone else writes.
+    writers = (writer("a", ack_after=1, ack_snapshot=5), writer("b", ack_after=1, ack_snapshot=6))
+    assert not decide_idle(gate(2, writers=writers), RUN, snapshot(9, 0.5), idle_seconds=1800).done
 
 
 @pytest.mark.parametrize(
@@ -137,4 +172,17 @@ def test_trigger_reports_a_failed_look_as_an_error_event_instead_of_crashing(mon
 
     monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
     payload, _ = run_trigger(trigger(), monkeypatch)
-    assert payload == {"status": "error", "message": "WriteGateNotHeldError: the write gate of lake.db.t is not held"}
+    message = "WriteGateNotHeldError: the write gate of lake.db.t is not held"
+    assert payload == {"status": "not_held", "message": message}  # the sensor fails it without retries
+
+
+def test_trigger_reports_any_other_failed_look_as_an_error_event(monkeypatch):
+    def look(**kwargs):
+        raise LookupError("table 'db.t' not found through Iceberg connection 'lake'")
+
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    payload, _ = run_trigger(trigger(), monkeypatch)
+    assert payload == {
+        "status": "error",
+        "message": "LookupError: table 'db.t' not found through Iceberg connection 'lake'",
+    }
