@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_iceberg.health import PROCEDURES, HealthTriggers
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options
@@ -44,6 +45,11 @@ TABLE_LIST_FILE = "iceberg_tables.yaml"
 SPARK_DEFAULT_CONN_ID = "spark_default"
 #: Settings renamed since an earlier release: old name -> new name.
 RENAMED_SETTINGS = {"poke_seconds": "poke_interval"}
+
+
+def spark_pool_name(spark_conn_id: str) -> str:
+    """The Airflow pool of the rewrites on one Spark connection (with ``spark_pool_slots``)."""
+    return f"iceberg_spark__{spark_conn_id}"
 
 
 class IcebergConfigError(ValueError):
@@ -144,15 +150,6 @@ class PartitionOfDay(BaseModel):
             )
         return f"`{self.column}` = '{self._formatted_day()}'"
 
-    def pyiceberg_filter_template(self) -> str:
-        """The same selection as a pyiceberg row filter (no backticks; ISO timestamps with zone), for dry runs."""
-        if self.transform == "day":
-            return (
-                f"{self.column} >= '{{{{ ds }}}}T00:00:00+00:00' "
-                f"AND {self.column} < '{{{{ macros.ds_add(ds, 1) }}}}T00:00:00+00:00'"
-            )
-        return f"{self.column} = '{self._formatted_day()}'"
-
     def _formatted_day(self) -> str:
         strftime = re.sub("yyyy|MM|dd|HH", lambda m: _DATE_TOKENS[m.group(0)], self.format or "")
         return f'{{{{ logical_date.strftime("{strftime}") }}}}'
@@ -168,6 +165,24 @@ class FullRewriteConfig(BaseModel):
     start_date: date = Field(default=date(2026, 1, 1), description="First logical date")
     partition: PartitionOfDay | None = Field(default=None, description="Without it, the whole table")
     max_concurrent_file_group_rewrites: int = Field(default=200, gt=0)
+
+
+class HealthConfig(BaseModel):
+    """When the compaction DAG rewrites at all: triggers read from table metadata (see ``health.HealthTriggers``).
+
+    With ``enabled: false`` every run closes the gate and rewrites, as before health planning.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    small_file_ratio: float = Field(default=0.75, gt=0, le=1, description="Small: below this share of the target")
+    min_small_files: int = Field(default=12, ge=1, description="Small files in a partition that trigger a rewrite")
+    max_delete_ratio: float = Field(default=0.1, gt=0, description="Delete records per data record that trigger one")
+    max_delete_age_minutes: float = Field(default=60.0, ge=0, description="A delete file this old triggers one")
+
+    def triggers(self) -> HealthTriggers:
+        return HealthTriggers(**self.model_dump(exclude={"enabled"}))
 
 
 class TableCareConfig(BaseModel):
@@ -208,19 +223,35 @@ class TableConfig(BaseModel):
     table: TableNameField = Field(description="catalog.namespace.table")
     schedule: ScheduleField = Field(default=None, description="Cron expression or preset; None for manual runs")
     idle_seconds: int = Field(default=300, ge=0, description="Quiet time required after the gate closes")
-    lease_seconds: int = Field(default=3600, gt=0, description="Longest the gate stays closed if a run dies")
+    lease_seconds: int = Field(
+        default=300, ge=5, description="Renewed while the run works; how long writers stay paused if the run dies"
+    )
+    max_pause_seconds: int = Field(
+        default=3600, gt=0, description="Hard ceiling on how long one run keeps writers paused"
+    )
     poke_interval: float = Field(
         default=10, gt=0, description="Seconds between looks: for an idle writer, and at a gate another run holds"
     )
     gate_wait_seconds: int = Field(default=900, ge=0, description="How long close_gate waits for a held gate")
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
-    where: str | None = Field(default=None, description="Templated Spark SQL predicate for recent partitions")
+    where: str | dict[str, str | None] | None = Field(
+        default=None,
+        description="Templated Spark SQL predicate for both rewrites, or one per procedure (a procedure left out "
+        "or null rewrites the whole table)",
+    )
+    health: HealthConfig = Field(default_factory=HealthConfig)
     rewrite_data_files: dict[str, Any] = Field(default_factory=dict, description="Options by Iceberg's names")
     rewrite_position_delete_files: dict[str, Any] = Field(default_factory=dict)
     spark_conn_id: str = SPARK_DEFAULT_CONN_ID
     iceberg_conn_id: str | None = Field(default=None, description="Defaults to the catalog's name")
     write_gate_conn_id: str = WriteGateHook.default_conn_name
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    spark_pool_slots: int | None = Field(
+        default=None,
+        gt=0,
+        description="Rewrites at once on this table's Spark connection, across the fleet: an Airflow pool per "
+        "connection (create it with `airflow-iceberg pools`); unset, the rewrites use Airflow's default pool",
+    )
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
     table_care: TableCareConfig = Field(default_factory=TableCareConfig)
 
@@ -233,6 +264,27 @@ class TableConfig(BaseModel):
                     raise ValueError(f"setting {old!r} is now called {new!r}")
         return values
 
+    @field_validator("where")
+    @classmethod
+    def _not_empty(cls, value: str | dict[str, str | None] | None) -> str | dict[str, str | None] | None:
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(PROCEDURES))
+            if unknown:
+                raise ValueError(f"where names {unknown}: give a predicate per procedure, of {list(PROCEDURES)}")
+        for name, text in value.items() if isinstance(value, dict) else [("where", value)]:
+            if text is not None and not text.strip():
+                raise ValueError(
+                    f"{'where' if name == 'where' else f'where.{name}'} is empty: give a predicate, or leave it out "
+                    "to rewrite the whole table (an empty predicate is never taken to mean the whole table)"
+                )
+        return value
+
+    def where_for(self, procedure: str) -> str | None:
+        """The predicate template ``procedure`` runs with: the table's one ``where``, or its own entry."""
+        if isinstance(self.where, dict):
+            return self.where.get(procedure)
+        return self.where
+
     @field_validator("rewrite_data_files", "rewrite_position_delete_files")
     @classmethod
     def _options(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
@@ -243,21 +295,30 @@ class TableConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _lease_covers_the_wait(self) -> TableConfig:
-        # The sensor gives up at half the lease, leaving the other half for the rewrites.
-        if self.lease_seconds <= 2 * self.idle_seconds:
+    def _pause_covers_the_wait(self) -> TableConfig:
+        # The sensor gives up at half the longest pause, leaving the other half for the rewrites.
+        if self.max_pause_seconds <= 2 * self.idle_seconds:
             raise ValueError(
-                f"lease_seconds ({self.lease_seconds}) must be more than twice idle_seconds "
-                f"({self.idle_seconds}), so the writer can go quiet and the rewrites finish within the lease"
+                f"max_pause_seconds ({self.max_pause_seconds}) must be more than twice idle_seconds "
+                f"({self.idle_seconds}), so the writer can go quiet and the rewrites finish within one pause"
+            )
+        if self.max_pause_seconds < self.lease_seconds:
+            raise ValueError(
+                f"max_pause_seconds ({self.max_pause_seconds}) must be at least lease_seconds ({self.lease_seconds})"
+            )
+        if self.lease_seconds < 3 * self.poke_interval:
+            raise ValueError(
+                f"lease_seconds ({self.lease_seconds}) must be at least three poke intervals "
+                f"({3 * self.poke_interval:g} s): the idle wait renews the lease once per poke"
             )
         care = self.table_care
-        minimum_hours = minimum_orphan_age(self.lease_seconds).total_seconds() / 3600
+        minimum_hours = minimum_orphan_age(self.max_pause_seconds).total_seconds() / 3600
         if care.remove_orphan_files and care.orphan_older_than_hours < minimum_hours:
             raise ValueError(
-                f"table_care.orphan_older_than_hours ({care.orphan_older_than_hours}) must be at least the lease "
-                f"({self.lease_seconds} s) plus {ORPHAN_MARGIN}, and Iceberg's own 24 hours: {minimum_hours:.2f} "
-                "hours. A closed gate keeps a writer's files uncommitted for up to its lease, and removing them "
-                "would lose data"
+                f"table_care.orphan_older_than_hours ({care.orphan_older_than_hours}) must be at least "
+                f"max_pause_seconds ({self.max_pause_seconds} s) plus {ORPHAN_MARGIN}, and Iceberg's own 24 hours: "
+                f"{minimum_hours:.2f} hours. A closed gate keeps a writer's files uncommitted for up to its longest "
+                "pause, and removing them would lose data"
             )
         return self
 

@@ -18,10 +18,12 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, BaseOperator, chain
+from airflow.sdk import DAG, BaseOperator, TriggerRule, chain
 
 from airflow_iceberg import task_docs as docs
-from airflow_iceberg.config import TableConfig, TableList, load_table_list
+from airflow_iceberg.config import TableConfig, TableList, load_table_list, spark_pool_name
+from airflow_iceberg.health import PROCEDURES as REWRITE_PROCEDURES
+from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
 from airflow_iceberg.operators.table_care import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
@@ -30,7 +32,6 @@ from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
-REWRITE_PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 #: Retries by kind of task. Every task retries at least once: a time-out of Airflow's own Execution API as a
 #: task starts is enough to fail it. Failures that a retry cannot mend (bad input, a gate another run holds,
@@ -76,7 +77,9 @@ def _add(dag: DAG, tasks: Iterable[BaseOperator]) -> None:
 
 def _spark_args(config: TableConfig) -> dict[str, Any]:
     spark = config.spark
+    pool = {"pool": spark_pool_name(config.spark_conn_id)} if config.spark_pool_slots else {}
     return {
+        **pool,
         "conn_id": config.spark_conn_id,
         "jars": ",".join(spark.jars) or None,
         "packages": ",".join(spark.packages) or None,
@@ -93,15 +96,18 @@ def _gated_rewrites(
     dag: DAG,
     config: TableConfig,
     rewrites: list[tuple[str, dict[str, Any], str | None]],
-    dry_run_filter: str | None,
+    *,
+    full: bool,
 ):
-    """check_run_params >> close_gate >> wait_until_snapshot_idle >> <rewrites, in order> >> open_gate, in ``dag``.
+    """check_run_params >> plan_compaction >> close_gate >> wait_until_snapshot_idle >> <rewrites> >> open_gate.
 
-    ``check_run_params`` validates a manual run's Params and renders the table's predicate before the gate
-    closes, and ends a dry run there.
+    ``check_run_params`` validates a manual run's Params and renders each rewrite's predicate; ``plan_compaction``
+    reads the table's health and ends the run there (skipping everything after it, teardowns included) on a dry
+    run or when nothing needs work. Each rewrite takes the predicate the plan gives it, or is skipped.
 
     ``open_gate`` is the teardown of ``close_gate``: it runs whatever the rewrites did, and, being a teardown,
-    does not decide the run's state, so a failed rewrite leaves the run failed and the gate open.
+    does not decide the run's state, so a failed rewrite leaves the run failed and the gate open. ``record_run``,
+    the teardown of ``plan_compaction``, completes the run's record after the gate is open.
     Returns the ``open_gate`` task and the last rewrite, for work that must run after the gate is open again
     and only if the rewrites succeeded.
     """
@@ -110,16 +116,33 @@ def _gated_rewrites(
         task_id="check_run_params",
         table=table,
         iceberg_conn_id=config.catalog_conn_id,
-        options=rewrites[0][1],
-        where=rewrites[0][2],
-        dry_run_filter=dry_run_filter,
+        where={procedure: where for procedure, _, where in rewrites},
+        write_gate_conn_id=config.write_gate_conn_id,
         doc_md=docs.CHECK_RUN_PARAMS,
+        **RETRIES["check"],
+    )
+    health = None if full or not config.health.enabled else config.health.triggers()
+    without_health = (
+        ("full", "the daily full rewrite rewrites whatever the health")
+        if full
+        else ("compact", "health planning is off for this table")
+    )
+    plan = PlanCompactionOperator(
+        task_id="plan_compaction",
+        table=table,
+        iceberg_conn_id=config.catalog_conn_id,
+        write_gate_conn_id=gate_conn,
+        triggers=health,
+        options=rewrites[0][1],
+        without_health=without_health,
+        doc_md=docs.plan_compaction(config, full),
         **RETRIES["check"],
     )
     close_gate = CloseWriteGateOperator(
         task_id="close_gate",
         table=table,
         lease_seconds=config.lease_seconds,
+        max_pause_seconds=config.max_pause_seconds,
         gate_wait_seconds=config.gate_wait_seconds,
         poke_interval=config.poke_interval,
         write_gate_conn_id=gate_conn,
@@ -135,7 +158,7 @@ def _gated_rewrites(
         deferrable=config.deferrable,
         mode="poke" if config.deferrable else "reschedule",
         poke_interval=config.poke_interval,
-        timeout=config.lease_seconds // 2,
+        timeout=config.max_pause_seconds // 2,
         doc_md=docs.wait_until_snapshot_idle(config),
         **RETRIES["gate"],
     )
@@ -149,20 +172,28 @@ def _gated_rewrites(
             iceberg_conn_id=config.catalog_conn_id,
             write_gate_conn_id=gate_conn,
             apply_run_params=True,
+            plan_task_id=plan.task_id,
+            # A rewrite the plan skips does not stop the next one; a failed one does.
+            trigger_rule=TriggerRule.ALL_SUCCESS if index == 0 else TriggerRule.NONE_FAILED,
             outlets=[table_asset(table)],
-            execution_timeout=timedelta(seconds=config.lease_seconds),
+            execution_timeout=timedelta(seconds=config.max_pause_seconds),
             doc_md=docs.rewrite(config, procedure),
             **RETRIES["rewrite"],
             **_spark_args(config),
         )
-        for procedure, options, where in rewrites
+        for index, (procedure, options, where) in enumerate(rewrites)
     ]
     open_gate = OpenWriteGateOperator(
         task_id="open_gate", table=table, write_gate_conn_id=gate_conn, doc_md=docs.open_gate(config),
         **RETRIES["open"],
     )  # fmt: skip
-    _add(dag, [check, close_gate, wait, *tasks, open_gate])
-    chain(check, close_gate, wait, *tasks, open_gate.as_teardown(setups=close_gate))
+    record = RecordRunOperator(
+        task_id="record_run", table=table, iceberg_conn_id=config.catalog_conn_id, write_gate_conn_id=gate_conn,
+        plan_task_id=plan.task_id, doc_md=docs.record_run(config), **RETRIES["check"],
+    )  # fmt: skip
+    _add(dag, [check, plan, close_gate, wait, *tasks, open_gate, record])
+    chain(check, plan, close_gate, wait, *tasks, open_gate.as_teardown(setups=close_gate))
+    open_gate >> record.as_teardown(setups=plan)
     return open_gate, tasks[-1]
 
 
@@ -173,7 +204,7 @@ def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
 
 
 def build_compaction_dag(config: TableConfig) -> DAG:
-    """close_gate >> wait_until_snapshot_idle >> rewrite_data_files >> rewrite_position_delete_files >> open_gate."""
+    """Plan from health, then close_gate >> wait >> rewrite_data_files >> rewrite_position_delete_files >> open_gate."""
     dag = _dag(
         compaction_dag_id(config.table),
         config,
@@ -183,8 +214,8 @@ def build_compaction_dag(config: TableConfig) -> DAG:
         catchup=False,
         doc_md=docs.compaction_dag(config),
     )
-    rewrites = [(p, getattr(config, p), config.where) for p in REWRITE_PROCEDURES]
-    _gated_rewrites(dag, config, rewrites, config.where)
+    rewrites = [(p, getattr(config, p), config.where_for(p)) for p in REWRITE_PROCEDURES]
+    _gated_rewrites(dag, config, rewrites, full=False)
     return dag
 
 
@@ -206,9 +237,8 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
         catchup=full.catchup,
         doc_md=docs.full_rewrite_dag(config, where),
     )
-    dry_run_filter = full.partition.pyiceberg_filter_template() if full.partition else None
     open_gate, last_rewrite = _gated_rewrites(
-        dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], dry_run_filter
+        dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], full=True
     )
     care = _table_care(config)
     if care:
@@ -251,7 +281,7 @@ def _table_care(config: TableConfig) -> list[IcebergRewriteOperator]:
             RemoveOrphanFilesOperator(
                 task_id="remove_orphan_files",
                 older_than_hours=care.orphan_older_than_hours,
-                lease_seconds=config.lease_seconds,
+                max_pause_seconds=config.max_pause_seconds,
                 doc_md=docs.remove_orphan_files(config),
                 **common,
             )

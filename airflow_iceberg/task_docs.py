@@ -12,8 +12,9 @@ from airflow_iceberg.config import TableConfig
 _WRITERS = (
     "**What a closed gate means for writers.** A gated writer (Flink, Spark Structured Streaming) reads the gate "
     "before each commit. While the gate is closed and its lease has not ended, it keeps reading its source but "
-    "commits nothing, and it may acknowledge the pause. It resumes when the gate opens, or on its own when the "
-    "lease ends, even if this run died."
+    "commits nothing, and it may acknowledge the pause. This run renews the lease while it works, never past "
+    "`max_pause_seconds` after closing. A writer resumes when the gate opens, or on its own when the lease ends, "
+    "even if this run died."
 )
 
 
@@ -27,9 +28,8 @@ def _force_open(config: TableConfig) -> str:
 
 
 CHECK_RUN_PARAMS = (
-    "Checks this run's Params (the trigger form, or the REST API's `conf`) and renders the table's predicate, "
-    "before anything is paused. On a dry run it reports what would be rewritten (XCom `plan`) and skips the rest "
-    "of the run.\n\n"
+    "Checks this run's Params (the trigger form, or the REST API's `conf`) and renders each rewrite's predicate, "
+    "before anything is paused; returns the predicates for `plan_compaction`.\n\n"
     "**If it fails**, the message names the bad parameter or predicate. Nothing was changed: the gate was never "
     "closed. A run without a logical date (triggered with `logical_date: null`) needs its own `where` in its "
     "`conf` when the table's predicate uses the date (`ds`, `logical_date`, ...)."
@@ -41,9 +41,42 @@ REWRITE_MANIFESTS = (
 )
 
 
+def plan_compaction(config: TableConfig, full: bool) -> str:
+    health = config.health
+    if full:
+        what = "This DAG rewrites whatever health says (the daily full rewrite); the plan records the health."
+    elif not health.enabled:
+        what = "Health planning is off for this table (`health.enabled: false`): every run rewrites."
+    else:
+        what = (
+            f"A partition needs work with {health.min_small_files} files under {health.small_file_ratio:g} of the "
+            f"target size, delete records over {health.max_delete_ratio:g} of its data records, or a delete file "
+            f"{health.max_delete_age_minutes:g} min old. When none does, the run ends here, successful: the gate "
+            "stays open and no Spark application starts. Otherwise each rewrite's predicate is narrowed to the "
+            "partitions that need it. The trigger form's `force` rewrites regardless."
+        )
+    return (
+        f"Reads the health of `{config.table}` from its metadata (no Spark) and plans the run. {what} The plan "
+        "(decision, reason, partitions and predicate per rewrite, health) is in XCom `plan`; a dry run ends here "
+        "with it. The run's record (MySQL table `iceberg_compaction_run`) is written here, and completed by "
+        "`record_run`.\n\n"
+        "**If it fails**, the catalog or the gate's database could not be read; it retries. Nothing was changed."
+    )
+
+
+def record_run(config: TableConfig) -> str:
+    return (
+        f"Completes the run's record for `{config.table}` in `iceberg_compaction_run`: files and bytes after, the "
+        "seconds the gate was closed and the rewrites took, and the outcome. It runs whatever the rewrites did "
+        "(a teardown) and does not decide the run's state.\n\n**If it fails**, it retries; the table and gate are "
+        "not affected."
+    )
+
+
 def close_gate(config: TableConfig) -> str:
     return (
-        f"Closes the write gate of `{config.table}` for this run, with a lease of {config.lease_seconds} s. If "
+        f"Closes the write gate of `{config.table}` for this run, with a lease of {config.lease_seconds} s that "
+        f"the tasks after it renew while they work, for at most {config.max_pause_seconds} s in all. If "
         f"another run holds it (the other DAG of this table, or a backfill run), waits up to "
         f"{config.gate_wait_seconds} s for it.\n\n{_WRITERS}\n\n"
         "**If it fails** on a connection error, it retries with back-off. A gate another run still holds fails it "
@@ -54,7 +87,8 @@ def close_gate(config: TableConfig) -> str:
 def wait_until_snapshot_idle(config: TableConfig) -> str:
     return (
         f"Waits until the writer of `{config.table}` has gone quiet: it acknowledged the pause, or no snapshot was "
-        f"committed for {config.idle_seconds} s. Gives up after half the lease ({config.lease_seconds // 2} s).\n\n"
+        f"committed for {config.idle_seconds} s. Each look renews the lease. Gives up after half the longest pause "
+        f"({config.max_pause_seconds // 2} s).\n\n"
         "**If it fails**: a time-out means the writer kept committing with the gate closed, so it does not read "
         "the gate (see the writer protocol in the README). It also fails at once if this run no longer holds the "
         "gate. `open_gate` runs either way."
@@ -64,12 +98,13 @@ def wait_until_snapshot_idle(config: TableConfig) -> str:
 def rewrite(config: TableConfig, procedure: str) -> str:
     return (
         f"`CALL {config.table.catalog}.system.{procedure}(...)` on `{config.table}`, in a PySpark job through "
-        "spark-submit, only while this run holds the gate. The result row is in XCom and in the table's asset "
-        "event.\n\n"
-        "**If it fails**, Iceberg committed nothing of the failed rewrite and the table is as it was; `open_gate` "
-        "still reopens the gate. It retries once; it does not retry an Iceberg commit conflict (a writer "
-        "committed during the pause, which the gate exists to prevent: check that the writer reads the gate), or "
-        "a run that lost its gate."
+        "spark-submit, only while this run holds the gate; the Spark job renews the lease while it works and "
+        f"stops before the pause reaches {config.max_pause_seconds} s. The result row is in XCom and in the table's "
+        "asset event.\n\n"
+        "**If it fails**, Iceberg committed nothing of the failed rewrite (with partial progress, file groups "
+        "already committed stay) and the table is as it was; `open_gate` still reopens the gate. It retries once; "
+        "it does not retry an Iceberg commit conflict (a writer committed during the pause, which the gate exists "
+        "to prevent: check that the writer reads the gate), or a run that lost its gate or reached the ceiling."
     )
 
 
@@ -77,8 +112,8 @@ def open_gate(config: TableConfig) -> str:
     return (
         f"Reopens the write gate of `{config.table}` if this run holds it. It runs whatever the rewrites did (it "
         "is the teardown of `close_gate`), and never opens a gate another run closed.\n\n"
-        f"**If it fails**, it retries often and soon. Writers stay paused until the lease ends, "
-        f"{config.lease_seconds} s after `close_gate`.\n\n{_force_open(config)}"
+        f"**If it fails**, it retries often and soon. Writers stay paused until the lease ends, at most "
+        f"{config.lease_seconds} s after the run's last renewal.\n\n{_force_open(config)}"
     )
 
 
@@ -94,20 +129,23 @@ def expire_snapshots(config: TableConfig) -> str:
 def remove_orphan_files(config: TableConfig) -> str:
     return (
         f"Removes files no snapshot references that are older than {config.table_care.orphan_older_than_hours} h, "
-        "longer than any lease, so a paused writer's uncommitted files are never taken. Never pauses writers.\n\n"
+        "longer than any pause, so a paused writer's uncommitted files are never taken. Never pauses writers.\n\n"
         "**If it fails**, it retries later."
     )
 
 
 def _settings(config: TableConfig) -> str:
     """The table's settings as a Markdown table; Spark conf values are left out (they may hold credentials)."""
-    settings: dict[str, Any] = config.model_dump(mode="json", exclude={"table", "spark", "full_rewrite", "table_care"})
+    settings: dict[str, Any] = config.model_dump(
+        mode="json", exclude={"table", "spark", "full_rewrite", "table_care", "health"}
+    )
     settings["spark"] = {
         **config.spark.model_dump(mode="json", exclude={"conf"}, exclude_none=True),
         "conf keys": sorted(config.spark.conf),
     }
     settings["full_rewrite"] = config.full_rewrite.model_dump(mode="json")
     settings["table_care"] = config.table_care.model_dump(mode="json")
+    settings["health"] = config.health.model_dump(mode="json")
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in settings.items())
     return f"| setting | value |\n|---|---|\n{rows}"
 
@@ -116,7 +154,8 @@ def compaction_dag(config: TableConfig) -> str:
     return (
         f"Gated compaction of `{config.table}`: closes its write gate, waits until its writer is quiet, rewrites "
         "small data files and position-delete files with Spark, and reopens the gate whatever happened. A manual "
-        "run takes its own settings in the trigger form (`where`, `rewrite_all`, ..., `dry_run`).\n\n"
+        "run takes its own settings in the trigger form (`where`, `rewrite_all`, ..., `force`, `dry_run`). Runs on a "
+        "healthy table end after `plan_compaction`, without pausing writers.\n\n"
         f"{_WRITERS}\n\n{_force_open(config)}\n\n**Settings** (from the table list):\n\n{_settings(config)}"
     )
 

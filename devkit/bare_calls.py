@@ -2,27 +2,28 @@
 
 What a user without Airflow would submit: ``spark-submit bare_calls.py --table T --statement "CALL ..."
 --statement "CALL ..."``. It prints one result line per statement. The catalog's secrets arrive as for the
-provider's own job (``iceberg_call.with_secret_conf``).
+provider's own job (``iceberg_call.read_job_secrets``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from iceberg_call import format_result_line, with_secret_conf
+from iceberg_call import apply_job_secrets, format_result_line, read_job_secrets
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", required=True, help="catalog.namespace.table, for the application's name")
+    parser.add_argument("--job-secrets", default=None, help="the secrets file Airflow wrote for this job")
     parser.add_argument("--statement", action="append", required=True, help="a CALL to run; repeat for more")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
 
-    spark = with_secret_conf(SparkSession.builder.appName(f"bare-calls-{args.table}"), os.environ).getOrCreate()
+    spark = SparkSession.builder.appName(f"bare-calls-{args.table}").getOrCreate()
+    apply_job_secrets(spark, read_job_secrets(args.job_secrets))
     try:
         for statement in args.statement:
             rows = spark.sql(statement).collect()

@@ -9,11 +9,13 @@ from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite
 
 CHAIN = [
     "check_run_params",
+    "plan_compaction",
     "close_gate",
     "wait_until_snapshot_idle",
     "rewrite_data_files",
     "rewrite_position_delete_files",
     "open_gate",
+    "record_run",
 ]
 
 
@@ -39,11 +41,55 @@ def test_open_gate_is_the_teardown_of_close_gate_so_it_always_runs_but_never_mas
     assert "close_gate" in open_gate.upstream_task_ids
 
 
+def test_record_run_is_the_teardown_of_the_plan_so_every_planned_run_is_recorded_whatever_the_rewrites_did():
+    dag = make_dag()
+    record = dag.get_task("record_run")
+    assert record.is_teardown and dag.get_task("plan_compaction").is_setup
+    assert record.upstream_task_ids == {"plan_compaction", "open_gate"}
+    assert record.trigger_rule == TriggerRule.ALL_DONE_SETUP_SUCCESS
+    # The plan ends runs with nothing to do: everything after it is skipped, teardowns included.
+    assert dag.get_task("plan_compaction").ignore_downstream_trigger_rules is True
+
+
+def test_a_rewrite_the_plan_skips_does_not_skip_the_next_but_a_failed_one_stops_it():
+    dag = make_dag()
+    assert dag.get_task("rewrite_data_files").trigger_rule == TriggerRule.ALL_SUCCESS
+    assert dag.get_task("rewrite_position_delete_files").trigger_rule == TriggerRule.NONE_FAILED
+    assert {dag.get_task(p).plan_task_id for p in ("rewrite_data_files", "rewrite_position_delete_files")} == {
+        "plan_compaction"
+    }
+
+
+def test_health_triggers_reach_the_plan_and_the_full_rewrite_plans_without_them():
+    health = {"min_small_files": 3, "max_delete_ratio": 0.5, "max_delete_age_minutes": 5, "small_file_ratio": 0.5}
+    plan = make_dag(health=health).get_task("plan_compaction")
+    assert (plan.triggers.min_small_files, plan.triggers.max_delete_ratio) == (3, 0.5)
+    assert (plan.triggers.max_delete_age_minutes, plan.triggers.small_file_ratio) == (5, 0.5)
+    assert make_dag(health={"enabled": False}).get_task("plan_compaction").triggers is None
+    assert make_full_rewrite_dag().get_task("plan_compaction").triggers is None
+
+
+def test_a_predicate_per_procedure_reaches_each_rewrite_and_the_check():
+    where = {"rewrite_data_files": 'dt >= "20240620"'}
+    dag = make_dag(where=where)
+    assert dag.get_task("rewrite_data_files").where == 'dt >= "20240620"'
+    assert dag.get_task("rewrite_position_delete_files").where is None
+    assert dag.get_task("check_run_params").where == {**where, "rewrite_position_delete_files": None}
+
+
+def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_pool():
+    dag = make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3)
+    spark_tasks = ["rewrite_data_files", "rewrite_position_delete_files", "rewrite_manifests", "expire_snapshots"]
+    assert {dag.get_task(t).pool for t in spark_tasks} == {"iceberg_spark__spark_yarn"}
+    assert make_dag().get_task("rewrite_data_files").pool == "default_pool"
+
+
 def test_table_settings_reach_the_tasks():
     dag = make_dag(
         schedule="@hourly",
         idle_seconds=90,
         lease_seconds=900,
+        max_pause_seconds=2400,
         poke_interval=3,
         gate_wait_seconds=120,
         deferrable=True,
@@ -56,11 +102,12 @@ def test_table_settings_reach_the_tasks():
     )
     close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_snapshot_idle")
     rewrite = dag.get_task("rewrite_data_files")
-    assert close.lease_seconds == 900 and close.write_gate_conn_id == "gate_prod"
+    assert (close.lease_seconds, close.max_pause_seconds, close.write_gate_conn_id) == (900, 2400, "gate_prod")
     assert (close.gate_wait_seconds, close.poke_interval) == (120, 3)
     assert wait.poke_interval == 3
     assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
-    assert wait.timeout == 450  # half the lease, leaving the rest for the rewrites
+    assert wait.timeout == 1200  # half the longest pause, leaving the rest for the rewrites
+    assert rewrite.execution_timeout.total_seconds() == 2400  # the job also stops itself at the pause's ceiling
     assert rewrite.options == {"target-file-size-bytes": 134217728}
     assert rewrite.where == "dt >= '{{ ds_nodash }}'"
     assert rewrite._conn_id == "spark_yarn"
@@ -121,7 +168,8 @@ def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_
     dag = make_full_rewrite_dag(full_rewrite={"partition": {"column": "dt", "format": "yyyyMMdd"}, "catchup": True})
     assert dag.dag_id == "iceberg_full_rewrite__lake__sales__orders"
     care = ["rewrite_manifests", "expire_snapshots", "remove_orphan_files"]
-    assert [t.task_id for t in dag.topological_sort()] == [*CHAIN, *care]
+    order = [t.task_id for t in dag.topological_sort()]
+    assert [t for t in order if t not in care] == CHAIN and [t for t in order if t in care] == care
     # Table care runs once the gate is open again, and only after the rewrites succeeded.
     assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_position_delete_files"}
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}

@@ -7,6 +7,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from airflow_iceberg.config import IcebergConfigError, TableConfig, config_path, load_table_list
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
@@ -98,9 +99,20 @@ def test_unset_environment_variable_in_jars_is_named(tmp_path, monkeypatch):
     assert "NO_SUCH_JARS_DIR" in tables.errors[0]
 
 
-def test_lease_must_leave_room_for_the_wait_and_the_rewrites():
-    with pytest.raises(ValueError, match=r"lease_seconds \(600\) must be more than twice idle_seconds \(300\)"):
-        TableConfig(table="lake.db.a", idle_seconds=300, lease_seconds=600)
+def test_the_longest_pause_must_leave_room_for_the_wait_and_the_rewrites():
+    with pytest.raises(ValueError, match=r"max_pause_seconds \(600\) must be more than twice idle_seconds \(300\)"):
+        TableConfig(table="lake.db.a", idle_seconds=300, max_pause_seconds=600)
+    with pytest.raises(ValueError, match=r"max_pause_seconds \(700\) must be at least lease_seconds \(900\)"):
+        TableConfig(table="lake.db.a", idle_seconds=300, max_pause_seconds=700, lease_seconds=900)
+
+
+def test_the_lease_is_short_by_default_and_outlasts_the_renewals_of_the_idle_wait():
+    config = TableConfig(table="lake.db.a")
+    assert (config.lease_seconds, config.max_pause_seconds) == (300, 3600)  # a dead run frees writers in 5 min
+    with pytest.raises(ValueError, match=r"lease_seconds \(60\) must be at least three poke intervals \(90 s\)"):
+        TableConfig(table="lake.db.a", lease_seconds=60, poke_interval=30)
+    with pytest.raises(ValueError, match="lease_seconds"):
+        TableConfig(table="lake.db.a", lease_seconds=10)
 
 
 def test_unreadable_or_malformed_file_raises_naming_the_file(tmp_path):
@@ -125,12 +137,14 @@ def test_a_bad_day_partition_mapping_is_named(partition, message):
         TableConfig.model_validate({"table": "lake.db.a", "full_rewrite": {"partition": partition}})
 
 
-def test_orphan_removal_window_shorter_than_the_lease_plus_margin_is_refused_in_config():
-    with pytest.raises(ValueError, match=r"orphan_older_than_hours \(30.0\) must be at least the lease .* 30.50 hours"):
-        TableConfig(table="lake.db.a", lease_seconds=106200, table_care={"orphan_older_than_hours": 30})
-    TableConfig(table="lake.db.a", lease_seconds=106200, table_care={"orphan_older_than_hours": 31})
+def test_orphan_removal_window_shorter_than_the_longest_pause_plus_margin_is_refused_in_config():
+    with pytest.raises(
+        ValueError, match=r"orphan_older_than_hours \(30.0\) must be at least max_pause_seconds .* 30.50"
+    ):
+        TableConfig(table="lake.db.a", max_pause_seconds=106200, table_care={"orphan_older_than_hours": 30})
+    TableConfig(table="lake.db.a", max_pause_seconds=106200, table_care={"orphan_older_than_hours": 31})
     with pytest.raises(ValueError, match=r"Iceberg's own 24 hours: 24.00 hours"):
-        TableConfig(table="lake.db.a", lease_seconds=3600, table_care={"orphan_older_than_hours": 12})
+        TableConfig(table="lake.db.a", max_pause_seconds=3600, table_care={"orphan_older_than_hours": 12})
 
 
 def test_the_table_list_is_the_one_airflow_iceberg_config_names(tmp_path, monkeypatch):
@@ -154,3 +168,41 @@ def test_the_table_is_parsed_once_into_its_parts_and_written_back_as_text():
 def test_a_renamed_setting_is_named_with_its_new_name(tmp_path):
     tables = load_table_list(write(tmp_path, "tables: [{table: lake.db.a, poke_seconds: 5}]"))
     assert "setting 'poke_seconds' is now called 'poke_interval'" in tables.errors[0]
+
+
+@pytest.mark.parametrize("where", ["", "  "])
+def test_an_empty_where_is_refused_not_taken_for_the_whole_table(where):
+    with pytest.raises(ValueError, match="where is empty"):
+        TableConfig(table="lake.db.a", where=where)
+    assert TableConfig(table="lake.db.a").where is None  # leaving it out is how to say "the whole table"
+
+
+def test_one_pool_per_spark_connection_sized_by_the_largest_setting_among_its_tables():
+    from airflow_iceberg.cli import pool_sizes
+
+    tables = [
+        TableConfig(table="lake.db.a", spark_conn_id="spark_yarn", spark_pool_slots=2),
+        TableConfig(table="lake.db.b", spark_conn_id="spark_yarn", spark_pool_slots=5),
+        TableConfig(table="lake.db.c", spark_conn_id="spark_k8s", spark_pool_slots=1),
+        TableConfig(table="lake.db.d", spark_conn_id="spark_other"),  # no pool: Airflow's default pool
+    ]
+    assert pool_sizes(tables) == {"iceberg_spark__spark_yarn": 5, "iceberg_spark__spark_k8s": 1}
+
+
+def test_where_per_procedure_names_a_bad_procedure_or_an_empty_predicate():
+    config = TableConfig(table="lake.db.a", where={"rewrite_data_files": 'dt >= "20240620"'})
+    assert config.where_for("rewrite_data_files") == 'dt >= "20240620"'
+    assert config.where_for("rewrite_position_delete_files") is None
+    assert TableConfig(table="lake.db.a", where="x > 1").where_for("rewrite_position_delete_files") == "x > 1"
+    with pytest.raises(ValidationError, match=r"where names \['rewrite_manifests'\]"):
+        TableConfig(table="lake.db.a", where={"rewrite_manifests": "x > 1"})
+    with pytest.raises(ValidationError, match="where.rewrite_data_files is empty"):
+        TableConfig(table="lake.db.a", where={"rewrite_data_files": " "})
+
+
+def test_health_triggers_are_checked():
+    assert TableConfig(table="lake.db.a").health.triggers().min_small_files == 12
+    with pytest.raises(ValidationError, match="small_file_ratio"):
+        TableConfig(table="lake.db.a", health={"small_file_ratio": 2})
+    with pytest.raises(ValidationError, match="min_small_files"):
+        TableConfig(table="lake.db.a", health={"min_small_files": 0})

@@ -1,0 +1,450 @@
+"""Table health from Iceberg metadata alone, and the plan it gives: which partitions each rewrite should take.
+
+:func:`read_health` reads the current snapshot's manifests through pyiceberg (the Iceberg provider's hook loads
+the table): no Spark, no data file is opened. Per partition it counts data files and the small ones among them,
+position and equality delete files with their records' share of the data, bytes, and the snapshots that added
+files since the partition was last rewritten.
+
+:func:`make_plan` applies the table's :class:`HealthTriggers` to that: a partition needs work when it holds
+enough small files, or delete files that are too many or too old. No partition needing work means no gate is
+closed and no Spark application starts. Otherwise each rewrite's predicate is narrowed to the partitions that
+need it (:func:`partition_predicate`), intersected with the predicate the run would use anyway.
+
+Pure functions over plain data, apart from :func:`read_health`, which only reads metadata files.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from typing import Any
+
+#: Iceberg's default ``write.target-file-size-bytes``.
+DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
+#: The procedures a plan covers, in the order a run takes them.
+PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
+
+
+@dataclass(frozen=True)
+class HealthTriggers:
+    """When a partition needs a rewrite. The defaults follow Apache Amoro's self-optimizing and Iceberg itself.
+
+    - ``small_file_ratio`` (0.75): a data file is small below this share of the target file size. Iceberg's
+      binpack rewrite takes files under 75 % of the target (its ``min-file-size-bytes`` default), so a small
+      file here is one the rewrite would pick.
+    - ``min_small_files`` (12): this many small files in a partition trigger a rewrite; Amoro's
+      ``self-optimizing.minor.trigger.file-count``.
+    - ``max_delete_ratio`` (0.1): delete records over a tenth of the partition's data records trigger one;
+      Amoro's ``self-optimizing.major.trigger.duplicate-ratio``.
+    - ``max_delete_age_minutes`` (60): any delete file older than this triggers one, so deletes never pile up
+      on a quiet partition; Amoro's ``self-optimizing.minor.trigger.interval`` (one hour).
+    """
+
+    small_file_ratio: float = 0.75
+    min_small_files: int = 12
+    max_delete_ratio: float = 0.1
+    max_delete_age_minutes: float = 60.0
+
+
+@dataclass
+class PartitionHealth:
+    """One partition's files, from the manifests of the table's current snapshot."""
+
+    spec_id: int
+    partition: dict[str, Any]  # partition field -> value as Iceberg writes it in paths (e.g. dt=20240620)
+    data_files: int = 0
+    small_files: int = 0
+    data_bytes: int = 0
+    data_records: int = 0
+    position_delete_files: int = 0
+    equality_delete_files: int = 0
+    delete_records: int = 0
+    delete_bytes: int = 0
+    oldest_delete_ms: int | None = None
+    snapshots_since_rewrite: int = 0
+    # Spark SQL conditions selecting the partition's rows (see partition_predicate), and the raw partition
+    # tuple (for pyiceberg's evaluators); not reported.
+    conditions: list[str] = field(default_factory=list, repr=False)
+    values: tuple[Any, ...] = field(default=(), repr=False)
+
+    @property
+    def delete_files(self) -> int:
+        return self.position_delete_files + self.equality_delete_files
+
+    @property
+    def delete_ratio(self) -> float:
+        """Delete records per data record (0 without deletes; 1 when there are deletes but no data records)."""
+        if not self.delete_records:
+            return 0.0
+        return self.delete_records / self.data_records if self.data_records else 1.0
+
+    @property
+    def label(self) -> str:
+        return "/".join(f"{k}={v}" for k, v in self.partition.items()) or "(unpartitioned)"
+
+    def report(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("conditions", "values")}
+        out["partition"] = self.label
+        out["delete_files"] = self.delete_files
+        out["delete_ratio"] = round(self.delete_ratio, 4)
+        return out
+
+
+@dataclass
+class TableHealth:
+    """Every partition's health at one snapshot, and how long reading it took."""
+
+    table: str
+    snapshot_id: int | None
+    target_file_size: int
+    small_file_bytes: int
+    partitions: list[PartitionHealth]
+    snapshots_since_rewrite: int
+    read_seconds: float
+    read_at_ms: int
+
+    @property
+    def data_files(self) -> int:
+        return sum(p.data_files for p in self.partitions)
+
+    @property
+    def delete_files(self) -> int:
+        return sum(p.delete_files for p in self.partitions)
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(p.data_bytes for p in self.partitions)
+
+    def totals(self) -> dict[str, int]:
+        return {"data_files": self.data_files, "delete_files": self.delete_files, "bytes": self.data_bytes}
+
+
+def target_file_size(iceberg_table: Any, options: Mapping[str, Any] | None = None) -> int:
+    """The rewrite's target: its ``target-file-size-bytes`` option, else the table's property, else Iceberg's."""
+    if options and options.get("target-file-size-bytes") is not None:
+        return int(options["target-file-size-bytes"])
+    return int(iceberg_table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
+
+
+def read_health(
+    iceberg_table: Any, table: str, *, small_file_ratio: float, target: int | None = None, threads: int = 8
+) -> TableHealth:
+    """Read ``iceberg_table``'s (a pyiceberg table) current manifests into per-partition health.
+
+    Manifests are read in ``threads`` threads (as pyiceberg's own scan planning does); only live entries count.
+    """
+    from pyiceberg.manifest import DataFileContent
+
+    started = time.monotonic()
+    target = target or target_file_size(iceberg_table)
+    small_below = int(small_file_ratio * target)
+    metadata = iceberg_table.metadata
+    snapshot = iceberg_table.current_snapshot()
+    now_ms = int(time.time() * 1000)
+    if snapshot is None:
+        return TableHealth(table, None, target, small_below, [], 0, time.monotonic() - started, now_ms)
+    io = iceberg_table.io
+    schema = iceberg_table.schema()
+    specs = iceberg_table.specs()
+    snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+    rewrites = {sid for sid, s in snapshots.items() if _operation(s) == "replace"}
+    oldest_known_ms = min((s.timestamp_ms for s in metadata.snapshots), default=now_ms)
+
+    manifests = snapshot.manifests(io)
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(manifests) or 1))) as pool:
+        read = list(pool.map(lambda m: (m, m.fetch_manifest_entry(io, discard_deleted=True)), manifests))
+
+    partitions: dict[tuple[int, tuple[Any, ...]], PartitionHealth] = {}
+    # Per partition: (sequence number, snapshot id, added by a rewrite) of each live file.
+    added: dict[tuple[int, tuple[Any, ...]], list[tuple[int, int, bool]]] = {}
+    for manifest, entries in read:
+        spec = specs[manifest.partition_spec_id]
+        for entry in entries:
+            data_file = entry.data_file
+            values = tuple(data_file.partition) if data_file.partition is not None else ()
+            key = (spec.spec_id, values)
+            health = partitions.get(key)
+            if health is None:
+                health = partitions[key] = PartitionHealth(
+                    spec.spec_id,
+                    _human_partition(spec, schema, values),
+                    conditions=_conditions(spec, schema, values),
+                    values=values,
+                )
+                added[key] = []
+            sequence = entry.sequence_number if entry.sequence_number is not None else -1
+            added[key].append((sequence, entry.snapshot_id, entry.snapshot_id in rewrites))
+            if data_file.content == DataFileContent.DATA:
+                health.data_files += 1
+                health.data_bytes += data_file.file_size_in_bytes
+                health.data_records += data_file.record_count
+                if data_file.file_size_in_bytes < small_below:
+                    health.small_files += 1
+                continue
+            if data_file.content == DataFileContent.POSITION_DELETES:
+                health.position_delete_files += 1
+            else:
+                health.equality_delete_files += 1
+            health.delete_records += data_file.record_count
+            health.delete_bytes += data_file.file_size_in_bytes
+            # A delete file whose snapshot was expired is at least as old as the oldest snapshot kept.
+            born = snapshots[entry.snapshot_id].timestamp_ms if entry.snapshot_id in snapshots else oldest_known_ms
+            if health.oldest_delete_ms is None or born < health.oldest_delete_ms:
+                health.oldest_delete_ms = born
+    for key, health in partitions.items():
+        last_rewrite = max((seq for seq, _, by_rewrite in added[key] if by_rewrite), default=-1)
+        health.snapshots_since_rewrite = len({sid for seq, sid, by_rewrite in added[key]
+                                              if seq > last_rewrite and not by_rewrite})  # fmt: skip
+    ordered = sorted(partitions.values(), key=lambda p: (p.spec_id, p.label))
+    return TableHealth(
+        table=table,
+        snapshot_id=snapshot.snapshot_id,
+        target_file_size=target,
+        small_file_bytes=small_below,
+        partitions=ordered,
+        snapshots_since_rewrite=_snapshots_since_rewrite(metadata, snapshot),
+        read_seconds=time.monotonic() - started,
+        read_at_ms=now_ms,
+    )
+
+
+def _operation(snapshot: Any) -> str | None:
+    summary = snapshot.summary
+    operation = getattr(summary, "operation", None) if summary is not None else None
+    return getattr(operation, "value", operation)
+
+
+def _snapshots_since_rewrite(metadata: Any, current: Any) -> int:
+    """Snapshots in the current snapshot's ancestry since the newest rewrite (``replace``), or all kept ones."""
+    by_id = {s.snapshot_id: s for s in metadata.snapshots}
+    count, snapshot = 0, current
+    while snapshot is not None and _operation(snapshot) != "replace":
+        count += 1
+        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+    return count
+
+
+def _human_partition(spec: Any, schema: Any, values: tuple[Any, ...]) -> dict[str, Any]:
+    human = {}
+    for spec_field, value in zip(spec.fields, values, strict=False):
+        source = schema.find_field(spec_field.source_id).field_type
+        human[spec_field.name] = spec_field.transform.to_human_string(source, value)
+    return human
+
+
+# --- Decisions -----------------------------------------------------------------------------------------------
+
+
+def partition_reasons(health: PartitionHealth, triggers: HealthTriggers, now_ms: int) -> list[str]:
+    """Why ``health``'s partition needs a rewrite, one phrase per trigger met; empty when it is healthy."""
+    reasons = []
+    if health.small_files >= triggers.min_small_files:
+        reasons.append(f"{health.small_files} small files (>= {triggers.min_small_files})")
+    if health.delete_files and health.delete_ratio >= triggers.max_delete_ratio:
+        reasons.append(f"delete ratio {health.delete_ratio:.2f} (>= {triggers.max_delete_ratio:g})")
+    if health.oldest_delete_ms is not None:
+        age_minutes = (now_ms - health.oldest_delete_ms) / 60_000
+        if age_minutes >= triggers.max_delete_age_minutes:
+            reasons.append(f"a delete file {age_minutes:.0f} min old (>= {triggers.max_delete_age_minutes:g})")
+    return reasons
+
+
+def needs(procedure: str, health: PartitionHealth, reasons: list[str]) -> bool:
+    """Whether ``procedure`` has work in a partition that needs a rewrite for ``reasons``."""
+    if not reasons:
+        return False
+    if procedure == "rewrite_position_delete_files":
+        return health.position_delete_files > 0
+    return health.data_files > 0
+
+
+@dataclass
+class Plan:
+    """What a run does: skip (and why), or which partitions each rewrite takes, with its predicate."""
+
+    decision: str  # "compact", "skip" or "force"
+    reason: str
+    predicates: dict[str, str | None]  # procedure -> where it runs with; only the procedures that run
+    partitions: dict[str, list[str]]  # procedure -> partition labels it takes (all of them when not narrowed)
+    health: dict[str, Any]  # totals, and the partitions that need work with their reasons
+    score: int = 0  # how bad the table is: small files plus delete files in the partitions needing work
+
+    def as_xcom(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: The most partitions a rewrite's predicate names one by one; with more, it takes its whole ``where``.
+MAX_NARROWED_PARTITIONS = 200
+
+
+def make_plan(
+    health: TableHealth,
+    triggers: HealthTriggers,
+    where: Mapping[str, str | None],
+    *,
+    in_scope: Mapping[str, Callable[[PartitionHealth], bool]] | None = None,
+    force: bool = False,
+) -> Plan:
+    """The plan for a run, from ``health`` and the predicate each procedure would use (``where``).
+
+    ``in_scope`` says, per procedure, whether a partition is within that procedure's predicate (from the
+    predicate's projection on the partition spec); a procedure without one takes every partition. A procedure
+    with more than :data:`MAX_NARROWED_PARTITIONS` partitions needing work keeps its predicate unchanged. With
+    ``force`` the health is reported but ignored: each procedure runs with its predicate unchanged.
+    """
+    in_scope = in_scope or {}
+    unhealthy = []
+    for partition in health.partitions:
+        reasons = partition_reasons(partition, triggers, health.read_at_ms)
+        if reasons:
+            unhealthy.append((partition, reasons))
+    report = {
+        "snapshot_id": health.snapshot_id,
+        "target_file_size": health.target_file_size,
+        "small_file_bytes": health.small_file_bytes,
+        "partitions": len(health.partitions),
+        "snapshots_since_rewrite": health.snapshots_since_rewrite,
+        "read_seconds": round(health.read_seconds, 3),
+        **health.totals(),
+        "unhealthy": [{**p.report(), "reasons": r} for p, r in unhealthy],
+    }
+    score = sum(p.small_files + p.delete_files for p, _ in unhealthy)
+    if force:
+        return Plan("force", "forced by the run's Params: health not consulted", dict(where),
+                    {p: ["(all within its where)"] for p in where}, report, score)  # fmt: skip
+    predicates: dict[str, str | None] = {}
+    partitions: dict[str, list[str]] = {}
+    for procedure, predicate in where.items():
+        scope = in_scope.get(procedure, lambda _: True)
+        chosen = [p for p, reasons in unhealthy if needs(procedure, p, reasons) and scope(p)]
+        if not chosen:
+            continue
+        labels = [p.label for p in chosen]
+        if len(chosen) > MAX_NARROWED_PARTITIONS:
+            # Spelled out, so many partitions would make a predicate too long for a command line, and a record
+            # too long for its column: the rewrite takes its whole where, and Iceberg picks the files in it.
+            predicates[procedure] = predicate
+            labels = [*labels[:MAX_NARROWED_PARTITIONS], f"... {len(chosen) - MAX_NARROWED_PARTITIONS} more"]
+        else:
+            predicates[procedure] = _and(predicate, partition_predicate(chosen))
+        partitions[procedure] = labels
+    if not predicates:
+        if not health.partitions:
+            reason = "the table has no files"
+        elif unhealthy:
+            reason = "the partitions that need work are outside every rewrite's where"
+        else:
+            reason = (
+                f"no partition needs work: none has {triggers.min_small_files} small files (under "
+                f"{health.small_file_bytes} bytes) or deletes over ratio {triggers.max_delete_ratio:g} or "
+                f"{triggers.max_delete_age_minutes:g} min old"
+            )
+        return Plan("skip", reason, {}, {}, report, score)
+    taken = sorted({label for labels in partitions.values() for label in labels})
+    reason = f"{len(taken)} of {len(health.partitions)} partitions need work"
+    return Plan("compact", reason, predicates, partitions, report, score)
+
+
+def _and(first: str | None, second: str | None) -> str | None:
+    if first and second:
+        return f"({first}) AND ({second})"
+    return first or second
+
+
+# --- Partition predicates in Spark SQL ------------------------------------------------------------------------
+
+_EPOCH = date(1970, 1, 1)
+
+
+def partition_predicate(partitions: Iterable[PartitionHealth]) -> str | None:
+    """A Spark SQL predicate covering ``partitions``' rows, as exactly as their transforms allow.
+
+    Identity partitions and ``year``/``month``/``day``/``hour`` of a date or timestamp become equalities or
+    ranges on the source column; ``bucket`` and ``truncate`` cannot be inverted, so their fields add no
+    condition (the predicate then covers more rows than the partitions: never fewer). None when a partition
+    cannot be narrowed at all (an unpartitioned table), which means the whole table.
+    """
+    clauses = []
+    for partition in partitions:
+        if not partition.conditions:
+            return None
+        clauses.append(" AND ".join(partition.conditions))
+    unique = list(dict.fromkeys(clauses))
+    if not unique:
+        return None
+    return unique[0] if len(unique) == 1 else " OR ".join(f"({c})" for c in unique)
+
+
+def _conditions(spec: Any, schema: Any, values: tuple[Any, ...]) -> list[str]:
+    conditions = []
+    for spec_field, value in zip(spec.fields, values, strict=False):
+        path = _column_path(schema, spec_field.source_id)
+        if path is None:  # no condition widens the predicate, never narrows it
+            continue
+        source = schema.find_field(spec_field.source_id)
+        condition = _condition(str(spec_field.transform), path, str(source.field_type), value)
+        if condition:
+            conditions.append(condition)
+    return conditions
+
+
+def _column_path(schema: Any, field_id: int) -> tuple[str, ...] | None:
+    """The names from the top-level column down to ``field_id`` (``payload``, ``ts``); None if a name holds a dot,
+    which makes pyiceberg's dotted name ambiguous."""
+    parts = tuple(schema.find_column_name(field_id).split("."))
+    accessor, depth = schema.accessor_for_field(field_id), 1
+    while accessor.inner is not None:
+        accessor, depth = accessor.inner, depth + 1
+    return parts if len(parts) == depth else None
+
+
+def _quote(path: tuple[str, ...]) -> str:
+    return ".".join("`" + name.replace("`", "``") + "`" for name in path)
+
+
+def _string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _condition(transform: str, column: tuple[str, ...], source_type: str, value: Any) -> str | None:
+    """The condition selecting one partition value of one field of ``column`` (its path from the top-level
+    column), or None if the transform cannot be inverted."""
+    col = _quote(column)
+    if value is None:
+        return f"{col} IS NULL" if transform in ("identity", "year", "month", "day", "hour") else None
+    if transform == "identity":
+        if source_type == "string":
+            return f"{col} = {_string(value)}"
+        if source_type in ("int", "long") or source_type.startswith("decimal"):
+            return f"{col} = {value}"
+        if source_type == "boolean":
+            return f"{col} = {'true' if value else 'false'}"
+        if source_type == "date":
+            return f"{col} = DATE '{_EPOCH + timedelta(days=int(value))}'"
+        return None
+    if transform not in ("year", "month", "day", "hour") or source_type not in ("date", "timestamp", "timestamptz"):
+        return None
+    start, end = _period(transform, int(value))
+    if source_type == "date":
+        return f"{col} >= DATE '{start.date()}' AND {col} < DATE '{end.date()}'"
+    kind, suffix = ("TIMESTAMP", "+00:00") if source_type == "timestamptz" else ("TIMESTAMP_NTZ", "")
+    return f"{col} >= {kind} '{start:%Y-%m-%d %H:%M:%S}{suffix}' AND {col} < {kind} '{end:%Y-%m-%d %H:%M:%S}{suffix}'"
+
+
+def _period(transform: str, value: int) -> tuple[datetime, datetime]:
+    """The [start, end) of one ``year``/``month``/``day``/``hour`` partition value (counted from 1970)."""
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    if transform == "hour":
+        start = epoch + timedelta(hours=value)
+        return start, start + timedelta(hours=1)
+    if transform == "day":
+        start = epoch + timedelta(days=value)
+        return start, start + timedelta(days=1)
+    months = value * 12 if transform == "year" else value
+    step = 12 if transform == "year" else 1
+    start = datetime(1970 + months // 12, months % 12 + 1, 1, tzinfo=timezone.utc)
+    after = months + step
+    return start, datetime(1970 + after // 12, after % 12 + 1, 1, tzinfo=timezone.utc)

@@ -1,0 +1,216 @@
+"""Plan a run from table health before the gate closes, and record every run, skipped ones included.
+
+``plan_compaction`` (:class:`PlanCompactionOperator`) follows ``check_run_params``: it reads the table's health
+from metadata (``health.read_health``), decides (``health.make_plan``) and pushes the plan to XCom. With nothing
+to do, or on a dry run, it writes the run's record and skips everything after it, so no gate is closed and no
+Spark application starts. Otherwise each rewrite takes the predicate the plan gives it.
+
+``record_run`` (:class:`RecordRunOperator`) is the run's last teardown: whatever the rewrites did, it completes
+the record with the table's health after, the seconds the gate was closed and the rewrites took, and the outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from airflow.providers.standard.operators.python import ShortCircuitOperator
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_iceberg.health import HealthTriggers, PartitionHealth, make_plan, read_health, target_file_size
+from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.operators.run_params import overrides_from_params
+from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+
+#: Decisions that run no rewrite, and the outcome their record gets.
+_ENDS_HERE = {"skip": "skipped"}
+
+
+def _load(iceberg_conn_id: str, table: TableName) -> Any:
+    from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table  # pyiceberg: off the parse path
+
+    return load_iceberg_table(iceberg_conn_id, table)
+
+
+def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:
+    """Whether a partition can hold rows matching ``where`` (its projection on the partition spec, by pyiceberg).
+
+    None when pyiceberg cannot evaluate ``where``: every partition is then in scope, and Spark applies it.
+    """
+    from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+
+    from airflow_iceberg.predicates import PredicateError, parse_predicate, to_pyiceberg
+
+    schema, specs = iceberg_table.schema(), iceberg_table.specs()
+    try:
+        expression = to_pyiceberg(parse_predicate(where), schema)
+    except PredicateError:
+        return None
+    evaluators: dict[int, Callable[[Any], bool]] = {}
+
+    def in_scope(partition: PartitionHealth) -> bool:
+        evaluate = evaluators.get(partition.spec_id)
+        if evaluate is None:
+            spec = specs[partition.spec_id]
+            projected = inclusive_projection(schema, spec)(expression)
+            evaluate = expression_evaluator(Schema(*spec.partition_type(schema).fields), projected, True)
+            evaluators[partition.spec_id] = evaluate
+        return evaluate(Record(*partition.values))
+
+    return in_scope
+
+
+class PlanCompactionOperator(ShortCircuitOperator):
+    """Read the table's health and plan the run; end it here when nothing needs a rewrite, or on a dry run.
+
+    Pushes the plan to XCom under ``plan``: the decision and its reason, the predicate and partitions of each
+    rewrite that runs, and the health (totals, and every partition needing work with its reasons). A rewrite
+    left out of the plan's predicates is skipped. With ``triggers`` None (the daily full rewrite, or health
+    planning switched off) every rewrite runs with its predicate unchanged; so it does when the run's Params
+    say ``force``.
+
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
+    :param iceberg_conn_id: Iceberg connection of the table's catalog.
+    :param write_gate_conn_id: Connection of the gate's database, where the run record is written.
+    :param triggers: When a partition needs work; None to rewrite whatever health says.
+    :param options: The DAG's ``rewrite_data_files`` options (its target file size defines small files).
+    :param without_health: The decision and reason recorded when ``triggers`` is None.
+    :param check_task_id: The task whose return value holds each rewrite's predicate.
+    """
+
+    def __init__(
+        self,
+        *,
+        table: TableName | str,
+        iceberg_conn_id: str,
+        write_gate_conn_id: str,
+        triggers: HealthTriggers | None,
+        options: Mapping[str, Any] | None = None,
+        without_health: tuple[str, str] = ("full", "health planning is off for this DAG"),
+        check_task_id: str = "check_run_params",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(python_callable=self._plan, ignore_downstream_trigger_rules=True, **kwargs)
+        self.table = TableName.of(table)
+        self.iceberg_conn_id = iceberg_conn_id
+        self.write_gate_conn_id = write_gate_conn_id
+        self.triggers = triggers
+        self.options = dict(options or {})
+        self.without_health = without_health
+        self.check_task_id = check_task_id
+
+    def _plan(self, **context: Any) -> bool:
+        try:
+            return self._plan_and_record(context)
+        except Exception as error:
+            owner = run_owner(context)
+            WriteGateHook(self.write_gate_conn_id).record_failed_run(
+                self.table, owner.dag_id, owner.run_id, self.task_id, error
+            )
+            raise
+
+    def _plan_and_record(self, context: Mapping[str, Any]) -> bool:
+        ti = context["ti"]
+        overrides = overrides_from_params(context["params"])  # already checked by check_run_params
+        predicates = ti.xcom_pull(task_ids=self.check_task_id)
+        if predicates is None:
+            raise RuntimeError(f"{self.check_task_id} returned no predicates")
+        iceberg_table = _load(self.iceberg_conn_id, self.table)
+        triggers = self.triggers or HealthTriggers()
+        options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
+        health = read_health(iceberg_table, str(self.table), small_file_ratio=triggers.small_file_ratio,
+                             target=target_file_size(iceberg_table, options))  # fmt: skip
+        scopes = {p: partition_scope(iceberg_table, w) for p, w in predicates.items() if w}
+        plan = make_plan(
+            health,
+            triggers,
+            predicates,
+            in_scope={p: s for p, s in scopes.items() if s is not None},
+            force=overrides.force or self.triggers is None,
+        )
+        if self.triggers is None and not overrides.force:
+            plan.decision, plan.reason = self.without_health
+        self.log.info("Health of %s read in %.2f s: %s", self.table, health.read_seconds,
+                      json.dumps({k: v for k, v in plan.health.items() if k != "unhealthy"}))  # fmt: skip
+        for partition in plan.health["unhealthy"]:
+            self.log.info("Needs work: %s: %s", partition["partition"], "; ".join(partition["reasons"]))
+        self.log.info("Plan: %s (%s); rewrites: %s", plan.decision, plan.reason, plan.predicates or "none")
+        outcome = "dry_run" if overrides.dry_run else _ENDS_HERE.get(plan.decision, "running")
+        ti.xcom_push(key="plan", value={**plan.as_xcom(), "outcome": outcome})
+        owner = run_owner(context)
+        WriteGateHook(self.write_gate_conn_id).record_run(
+            {
+                "table_name": self.table, "dag_id": owner.dag_id, "run_id": owner.run_id,
+                "decision": plan.decision, "reason": plan.reason[:1000], "partitions": json.dumps(plan.partitions),
+                "data_files_before": health.data_files, "delete_files_before": health.delete_files,
+                "bytes_before": health.data_bytes, "health_score": plan.score, "outcome": outcome,
+            },
+            finished=outcome != "running",
+        )  # fmt: skip
+        if outcome == "dry_run":
+            self.log.info("Dry run: the plan is in XCom under 'plan'; no gate is closed and nothing is rewritten")
+        elif outcome == "skipped":
+            self.log.info("Skipped: %s. The gate stays open and no Spark application starts.", plan.reason)
+        return outcome == "running"
+
+
+class RecordRunOperator(BaseOperator):
+    """Complete the run's record: health after, gate and rewrite seconds, and the outcome (the run's teardown).
+
+    The outcome is ``success`` when every rewrite the plan ran reported back, else ``failed``.
+
+    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
+    :param iceberg_conn_id: Iceberg connection of the table's catalog.
+    :param write_gate_conn_id: Connection of the gate's database.
+    :param plan_task_id: The task that pushed the plan.
+    """
+
+    def __init__(
+        self,
+        *,
+        table: TableName | str,
+        iceberg_conn_id: str,
+        write_gate_conn_id: str,
+        plan_task_id: str = "plan_compaction",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.table = TableName.of(table)
+        self.iceberg_conn_id = iceberg_conn_id
+        self.write_gate_conn_id = write_gate_conn_id
+        self.plan_task_id = plan_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan")
+        if plan is None:
+            raise RuntimeError(f"{self.plan_task_id} pushed no plan: nothing to record")
+        if plan["outcome"] != "running":  # a short-circuit skips every task after it but teardowns
+            raise AirflowSkipException(f"{self.plan_task_id} ended the run ({plan['outcome']}) and recorded it")
+        seconds = {p: ti.xcom_pull(task_ids=p, key="seconds") for p in plan["predicates"]}
+        missing = sorted(p for p, s in seconds.items() if s is None)
+        owner = run_owner(context)
+        gate = WriteGateHook(self.write_gate_conn_id)
+        trail = [row for row in gate.audit_trail(self.table)
+                 if (row["owner_dag_id"], row["owner_run_id"]) == (owner.dag_id, owner.run_id)]  # fmt: skip
+        closed = [row["at"] for row in trail if row["action"] == "close"]
+        opened = [row["at"] for row in trail if row["action"] in ("open", "force_open")]
+        gate_seconds = (max(opened) - min(closed)).total_seconds() if closed and opened else None
+        # Totals only: which files count as small does not matter here.
+        health = read_health(_load(self.iceberg_conn_id, self.table), str(self.table), small_file_ratio=0.75)
+        record = {
+            "table_name": self.table, "dag_id": owner.dag_id, "run_id": owner.run_id,
+            "data_files_after": health.data_files, "delete_files_after": health.delete_files,
+            "bytes_after": health.data_bytes, "gate_closed_seconds": gate_seconds,
+            "rewrite_seconds": round(sum(s for s in seconds.values() if s is not None), 3),
+            "outcome": "failed" if missing else "success",
+            "detail": f"no result from {', '.join(missing)}" if missing else None,
+        }  # fmt: skip
+        gate.record_run(record, finished=True)
+        self.log.info("Run record of %s: %s", self.table, record)
+        return {**record, "table_name": str(self.table)}
