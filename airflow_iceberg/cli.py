@@ -7,32 +7,100 @@ the provider (``make setup`` does, for the embedded default); tasks never change
 ``airflow-iceberg force-open TABLE --reason TEXT`` opens a table's gate whoever holds it, for a run that died
 with its gate closed: writers resume at once instead of when the lease ends. The audit trail records the run
 that held the gate, its lease, and the reason.
+
+``airflow-iceberg pools`` creates or resizes one Airflow pool per Spark connection for the tables that set
+``spark_pool_slots`` (the largest value among a connection's tables), so at most that many rewrites run on one
+cluster at once. Run it where Airflow's metadata database is reachable, after changing the table list.
+
+``airflow-iceberg report [--table T] [--html DIR]`` prints, for each table of the table list, its gate (and who
+holds it, the lease left, the writers' acknowledgements), its health now from Iceberg metadata, and its last
+compaction from the run records; ``--html DIR`` also writes a static page with the history as PNG charts.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
+from pathlib import Path
+from typing import TextIO
 
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.hooks.write_gate_schema import gate_schema
 
 
-def _migrate(args: argparse.Namespace) -> int:
+def _migrate(args: argparse.Namespace, out: TextIO) -> int:
     before, after = WriteGateHook(args.conn_id).migrate()
     schema = gate_schema()
     applied = [f"{v.number} ({v.summary})" for v in schema.versions if before < v.number <= after]
     where = f"write gate schema of connection {args.conn_id!r}"
     if applied:
-        print(f"{where}: version {before} -> {after}; applied {', '.join(applied)}")
+        print(f"{where}: version {before} -> {after}; applied {', '.join(applied)}", file=out)
     else:
-        print(f"{where}: at version {after}, the newest; nothing to do")
+        print(f"{where}: at version {after}, the newest; nothing to do", file=out)
     return 0
 
 
-def _force_open(args: argparse.Namespace) -> int:
+def _force_open(args: argparse.Namespace, out: TextIO) -> int:
     opened = WriteGateHook(args.conn_id).force_open(args.table, args.reason)
-    print(f"write gate of {args.table}: {'forced open' if opened else 'was already open'} ({args.reason})")
+    print(f"write gate of {args.table}: {'forced open' if opened else 'was already open'} ({args.reason})", file=out)
+    return 0
+
+
+def pool_sizes(tables: list) -> dict[str, int]:
+    """Pool name -> slots, for the Spark connections of ``tables`` (``TableConfig``) that set ``spark_pool_slots``."""
+    from airflow_iceberg.config import spark_pool_name
+
+    sizes: dict[str, int] = {}
+    for table in tables:
+        if table.spark_pool_slots:
+            name = spark_pool_name(table.spark_conn_id)
+            sizes[name] = max(sizes.get(name, 0), table.spark_pool_slots)
+    return sizes
+
+
+def _pools(args: argparse.Namespace, out: TextIO) -> int:
+    from airflow.models.pool import Pool
+
+    from airflow_iceberg.config import load_table_list
+
+    table_list = load_table_list()
+    for error in table_list.errors:
+        print(f"skipped: {error}", file=sys.stderr)
+    sizes = pool_sizes(table_list.tables)
+    for name, slots in sorted(sizes.items()):
+        Pool.create_or_update_pool(
+            name, slots, "airflow-iceberg: rewrites at once on one Spark connection", include_deferred=False
+        )
+        print(f"pool {name}: {slots} slots", file=out)
+    if not sizes:
+        print("no table sets spark_pool_slots: the rewrites use Airflow's default pool", file=out)
+    return 0
+
+
+def _report(args: argparse.Namespace, out: TextIO) -> int:
+    from datetime import datetime, timezone
+
+    from airflow_iceberg.config import load_table_list
+    from airflow_iceberg.report import render_text, summarize, write_html
+
+    table_list = load_table_list()
+    for error in table_list.errors:
+        print(f"skipped: {error}", file=sys.stderr)
+    tables = table_list.tables
+    if args.table:
+        known = {str(t.table) for t in tables}
+        unknown = [name for name in args.table if name not in known]
+        if unknown:
+            print(f"not in the table list: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        tables = [t for t in tables if str(t.table) in args.table]
+    summaries = summarize(tables)
+    print(render_text(summaries), end="", file=out)
+    if args.html:
+        index = write_html(summaries, args.html, datetime.now(timezone.utc))
+        print(f"wrote {index}", file=out)
     return 0
 
 
@@ -61,12 +129,34 @@ def parser() -> argparse.ArgumentParser:
         help="the iceberg_write_gate connection whose database holds the gate (default: %(default)s)",
     )
     force_open.set_defaults(run=_force_open)
+    pools = commands.add_parser("pools", help="create or resize the Airflow pool of each Spark connection")
+    pools.set_defaults(run=_pools)
+    report = commands.add_parser("report", help="each table's gate, health now and compaction history")
+    report.add_argument("--table", action="append", metavar="TABLE", help="only this table (repeat for more)")
+    report.add_argument("--html", type=Path, metavar="DIR", help="also write DIR/index.html with PNG charts")
+    report.set_defaults(run=_report)
     return main_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.run(args)
+    # What a command prints is its result, for people and pipes alike. Airflow's and pyiceberg's own log lines go
+    # to standard output too, through handles taken when Airflow was imported, so they are moved at the file
+    # descriptor: everything written to descriptor 1 now goes to standard error, the result to the original.
+    sys.stdout.flush()
+    try:
+        stdout = sys.stdout.fileno()
+    except (AttributeError, io.UnsupportedOperation):  # standard output is no file (captured in-process)
+        return args.run(args, sys.stdout)
+    out = os.fdopen(os.dup(stdout), "w")
+    os.dup2(sys.stderr.fileno(), stdout)
+    try:
+        return args.run(args, out)
+    finally:
+        sys.stdout.flush()
+        out.flush()
+        os.dup2(out.fileno(), stdout)
+        out.close()
 
 
 if __name__ == "__main__":
