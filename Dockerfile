@@ -16,8 +16,9 @@ COPY airflow_iceberg ./airflow_iceberg
 COPY spark_jobs ./spark_jobs
 COPY dags ./dags
 
-# Environments and jars only: the databases belong to the running stack (docker/mysql-init.sql, airflow-init).
-RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 bash scripts/setup.sh \
+# Environments and jars only: the databases belong to the running stack (docker/mysql-init.sql, airflow-init),
+# and no Flink job runs in it.
+RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 AIRFLOW_ICEBERG_SKIP_FLINK=1 bash scripts/setup.sh \
     && VIRTUAL_ENV=/opt/airflow-iceberg/.venv/airflow .venv/tools/bin/uv pip install -q "apache-airflow[postgres]==3.3.*"
 
 ENV PATH=/opt/airflow-iceberg/.venv/airflow/bin:/opt/airflow-iceberg/.venv/spark/bin:$PATH \

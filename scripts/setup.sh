@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything `make demo` and `make test` need on a fresh Debian 12 machine, idempotent and quick to re-run:
 #   Debian packages (jarjar, MariaDB JDBC driver), the Airflow and Spark Python environments, the Iceberg jars,
-#   the MySQL databases for the write gate (with its schema migrated) and the Iceberg JDBC catalog, and an
-#   Airflow home.
+#   the gated Flink source's jar (built against Flink's jars from PyPI), the MySQL databases for the write gate
+#   (with its schema migrated) and the Iceberg JDBC catalog, and an Airflow home.
 # Each step is skipped when its output is already up to date.
 set -euo pipefail
 
@@ -82,6 +82,25 @@ if ! stamp_ok jars requirements/spark.txt scripts/setup.sh; then
     cp "$(dpkg -L libmariadb-java | grep -m1 '/usr/share/java/mariadb-java-client.*\.jar$')" \
         "$jars/mariadb-java-client.jar"
     stamp_write jars requirements/spark.txt scripts/setup.sh
+fi
+
+# --- Flink: the gated source (flink/), compiled against Flink 2.3's own jars from PyPI ----------------------------
+# The image of the compose stack runs no Flink job: it sets AIRFLOW_ICEBERG_SKIP_FLINK.
+if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
+    if ! stamp_ok flink-venv requirements/flink.txt; then
+        step "Flink libraries ($venvs/flink)"
+        [[ -x "$venvs/flink/bin/python" ]] || "$uv" venv -q -p python3.11 "$venvs/flink"
+        VIRTUAL_ENV="$venvs/flink" "$uv" pip install -q -r requirements/flink.txt
+        stamp_write flink-venv requirements/flink.txt
+    fi
+    mapfile -t flink_sources < <(find flink -type f | sort)
+    flink_inputs=(requirements/flink.txt scripts/build_flink.sh "${flink_sources[@]}")
+    if ! stamp_ok flink-jar "${flink_inputs[@]}" <(printf '%s\n' "${flink_sources[@]}") ||
+        [[ ! -f "$AIRFLOW_ICEBERG_FLINK_BUILD/classpath" ]]; then
+        step "gated Flink source ($AIRFLOW_ICEBERG_FLINK_BUILD)"
+        bash scripts/build_flink.sh
+        stamp_write flink-jar "${flink_inputs[@]}" <(printf '%s\n' "${flink_sources[@]}")
+    fi
 fi
 
 if [[ -n "${AIRFLOW_ICEBERG_SKIP_DATABASES:-}" ]]; then  # building an image: no servers to set up yet

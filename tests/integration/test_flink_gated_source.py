@@ -1,0 +1,307 @@
+"""The gated Flink source on a local mini-cluster, against a real gate that ``WriteGateHook`` closes and opens.
+
+The job (``flink/src/test/.../GatedSequenceJob.java``, built by ``make setup`` into ``build/flink/``) runs in a
+JVM of its own: the numbers ``0 .. COUNT-1`` from a rate-limited bounded sequence source wrapped in
+``GatedSource``, two subtasks (two writers at the gate), checkpointing every second, into Flink's ``FileSink``
+(exactly once). Its ``EventRecorder``, chained to the source, writes per subtask when each record was emitted
+and when each checkpoint's state was taken and when it completed. Those times come from the system clock, the
+one MySQL's ``NOW(6)`` reads for the gate's times, so the two are compared directly.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, WriterState
+from devkit.private_mariadb import PrivateMariaDB
+
+FLINK_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_FLINK_BUILD", Path(__file__).parents[2] / "build" / "flink"))
+JOB_CLASS = "airflowiceberg.flink.testjob.GatedSequenceJob"
+OWNER = GateOwner("iceberg_compact__lake__flink__numbers", "manual__flink_gated_source")
+
+COUNT = 600
+RATE = 60  # records per second, both subtasks together: 10 s of emitting without a pause
+PARALLELISM = 2
+SNAPSHOT_ID = 4242  # what the job's SnapshotIdSupplier reports as the table's current snapshot
+POKE_SECONDS = 0.25  # how often each subtask reads the gate
+#: How long after the gate closes a subtask may still emit, and how soon after it opens (or its lease ends) it
+#: must emit again: its next look at the gate, one poke interval, plus 0.5 s for the gate thread and the task
+#: thread to be scheduled on a busy 2-core machine.
+EMIT_SLACK = POKE_SECONDS + 0.5
+#: The source's own clock (monotonic) and the system clock may drift apart a little over the lease.
+CLOCK_TOLERANCE = 0.02
+OUTAGE_LEASE_SECONDS = 20
+
+
+@dataclass
+class SubtaskEvents:
+    """What one subtask's recorder wrote: (value, time) per record; time per checkpoint id. Times: epoch s."""
+
+    emits: list[tuple[int, float]] = field(default_factory=list)
+    snapshots: dict[int, float] = field(default_factory=dict)
+    completions: dict[int, float] = field(default_factory=dict)
+
+    def emit_times(self, start: float = float("-inf"), end: float = float("inf")) -> list[float]:
+        return [t for _, t in self.emits if start <= t < end]
+
+    def completions_between(self, start: float, end: float) -> list[int]:
+        return sorted(cp for cp, t in self.completions.items() if start < t < end)
+
+
+class FlinkJob:
+    """``GatedSequenceJob`` in a JVM of its own (its own process group), with its sink and events under ``workdir``."""
+
+    def __init__(
+        self, workdir: Path, *, gate_url: str, table: str, writer_id: str, user: str = "root", password: str = ""
+    ) -> None:
+        self.workdir = workdir
+        self.out = workdir / "out"
+        self.events_dir = workdir / "events"
+        self.log_file = workdir / "job.log"
+        self.writer_id = writer_id
+        self.writer_ids = {f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)}
+        self.command = [
+            "java", "-Xmx1g", "-cp", (FLINK_BUILD / "classpath").read_text().strip(), JOB_CLASS,
+            "--gate-url", gate_url, "--gate-user", user, "--table", table, "--writer-id", writer_id,
+            "--count", str(COUNT), "--rate", str(RATE), "--parallelism", str(PARALLELISM),
+            "--poke-ms", str(int(POKE_SECONDS * 1000)), "--snapshot-id", str(SNAPSHOT_ID),
+            "--out", str(self.out), "--events", str(self.events_dir),
+        ]  # fmt: skip
+        self.env = {**os.environ, "AIRFLOW_ICEBERG_GATE_PASSWORD": password}
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.out.mkdir(parents=True)
+        self.events_dir.mkdir(parents=True)
+        with self.log_file.open("w") as log:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def events(self) -> dict[int, SubtaskEvents]:
+        """Every subtask's events so far."""
+        found = {}
+        for path in sorted(self.events_dir.glob("subtask-*.events")):
+            events = SubtaskEvents()
+            text = path.read_text()
+            for line in text[: text.rfind("\n") + 1].splitlines():  # not a line still being written
+                parts = line.split()
+                kind, number, micros = parts[0], int(parts[1]), int(parts[2]) / 1e6
+                if kind == "emit":
+                    events.emits.append((number, micros))
+                elif kind == "snapshot":
+                    events.snapshots[number] = micros
+                else:
+                    events.completions[number] = micros
+            found[int(path.stem.split("-")[1])] = events
+        return found
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
+        """Wait until ``condition()`` holds; fail, with the job's log, if the JVM exits or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(f"the Flink job exited ({self.process.returncode}) before {what}:\n{self.log()[-5000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} within {timeout} s; the Flink job's log:\n{self.log()[-5000:]}")
+            time.sleep(0.1)
+
+    def emitted(self) -> int:
+        return sum(len(events.emits) for events in self.events().values())
+
+    def wait_for_exit(self, timeout: float) -> int:
+        """The JVM's exit code, once it has exited."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the Flink job did not finish within {timeout} s:\n{self.log()[-5000:]}")
+
+    def wait_until_finished(self, timeout: float) -> None:
+        code = self.wait_for_exit(timeout)
+        assert code == 0, f"the Flink job failed ({code}):\n{self.log()[-5000:]}"
+
+    def output(self) -> list[int]:
+        """Every number in the sink's finished files (in-progress and pending files are hidden, ``.part-*``)."""
+        return [int(line) for path in self.out.glob("part-*") for line in path.read_text().split()]
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=20)
+
+
+@pytest.fixture
+def flink_job(tmp_path: Path, unique_name: str) -> Iterator[Callable[..., FlinkJob]]:
+    """Make the test's Flink job (not started); any still running at the end of the test is stopped."""
+    if not (FLINK_BUILD / "classpath").is_file():
+        pytest.fail(f"the gated Flink source is not built ({FLINK_BUILD / 'classpath'} is missing): run `make setup`")
+    jobs: list[FlinkJob] = []
+
+    def make(*, gate_url: str, table: str, user: str = "root", password: str = "") -> FlinkJob:
+        job = FlinkJob(tmp_path / f"job{len(jobs)}", gate_url=gate_url, table=table, writer_id=unique_name,
+                       user=user, password=password)  # fmt: skip
+        jobs.append(job)
+        return job
+
+    yield make
+    for job in jobs:
+        job.stop()
+
+
+def jdbc_url(hook: WriteGateHook) -> str:
+    connection = hook.get_connection(hook.write_gate_conn_id)
+    return f"jdbc:mariadb://{connection.host}:{connection.port}/{connection.schema}"
+
+
+def wait_for_acknowledgements(hook: WriteGateHook, table: str, job: FlinkJob) -> dict[str, WriterState]:
+    """Every subtask's acknowledgement of the gate's current closing, by writer id, once all are there."""
+    acknowledged: dict[str, WriterState] = {}
+
+    def all_there() -> bool:
+        state = hook.get_state(table)
+        acknowledged.clear()
+        acknowledged.update({w.writer_id: w for w in state.writers if state.acknowledged_by(w)})
+        return set(acknowledged) == job.writer_ids
+
+    job.wait_for(all_there, f"acknowledgement from each of {sorted(job.writer_ids)}", timeout=60)
+    return acknowledged
+
+
+def test_gated_source_pauses_keeps_checkpointing_acknowledges_and_writes_every_number_once(
+    gate_hook, gate_table, flink_job
+):
+    writer = WriteGateHook("write_gate_writer").connection_settings()  # a writer's grants, nothing more
+    job = flink_job(gate_url=jdbc_url(gate_hook), table=gate_table, user=writer["user"], password=writer["password"])
+    job.start()
+    job.wait_for(lambda: job.emitted() >= 40, "records emitted", timeout=120)
+    closed_at = gate_hook.close_gate(gate_table, OWNER, lease_seconds=300).closed_at.timestamp()
+    acks = wait_for_acknowledgements(gate_hook, gate_table, job)
+    last_ack = max(ack.ack_at.timestamp() for ack in acks.values())
+    job.wait_for(
+        lambda: all(len(e.completions_between(last_ack, float("inf"))) >= 3 for e in job.events().values()),
+        "three more completed checkpoints per subtask after the acknowledgements",
+        timeout=60,
+    )
+    _, after = gate_hook.open_gate(gate_table, OWNER)
+    opened_at = after.opened_at.timestamp()
+    job.wait_until_finished(timeout=120)
+
+    events = job.events()
+    assert sorted(events) == list(range(PARALLELISM))
+    print(f"gate closed for {opened_at - closed_at:.2f} s; times below are seconds after the closing")
+    for subtask, e in events.items():
+        # The pause's checkpoints: those taken after the subtask's last record before the opening.
+        last_emit = max(e.emit_times(end=opened_at))
+        pause = sorted(cp for cp, t in e.snapshots.items() if last_emit < t < opened_at)
+        ack = acks[f"{job.writer_id}#{subtask}"]
+        resumed = min(e.emit_times(start=opened_at))
+        completed = [round(e.completions[cp] - closed_at, 3) for cp in pause if cp in e.completions]
+        print(
+            f"subtask {subtask}: last record {last_emit - closed_at:.3f}, next {resumed - closed_at:.3f}; pause "
+            f"checkpoints {pause} completed at {completed}; acknowledged at {ack.ack_at.timestamp() - closed_at:.3f} "
+            f"with snapshot {ack.ack_snapshot_id}"
+        )
+        # No record while the gate is closed; records before it closed and after it opened.
+        assert e.emit_times(closed_at + EMIT_SLACK, opened_at) == [], f"subtask {subtask} emitted while closed"
+        assert e.emit_times(end=closed_at) and e.emit_times(start=opened_at), "the pause was not mid-job"
+        assert min(e.emit_times(start=opened_at)) - opened_at <= EMIT_SLACK, "slow to resume after the opening"
+        # Checkpoints go on: every checkpoint of the pause completed, none was declined or skipped.
+        assert len(pause) >= 4 and pause == list(range(pause[0], pause[-1] + 1))
+        assert all(cp in e.completions for cp in pause), f"subtask {subtask}: a pause checkpoint did not complete"
+        # The acknowledgement follows the second one's completion. The source counts from the first checkpoint
+        # it takes while it knows the gate is closed, which can be the next one if the gate closed between a
+        # checkpoint and the task thread's next look at the cached verdict: so it comes before the fourth's.
+        assert ack.ack_snapshot_id == SNAPSHOT_ID
+        assert e.completions[pause[1]] <= ack.ack_at.timestamp() < e.completions[pause[3]], (
+            f"subtask {subtask} acknowledged at {ack.ack_at.timestamp()}; pause checkpoints {pause} completed at "
+            f"{[e.completions.get(cp) for cp in pause]}"
+        )
+    output = job.output()
+    assert sorted(output) == list(range(COUNT)), f"{len(output)} records, {len(set(output))} distinct"
+    # Their input ended: the writers left, and compactions no longer wait for them.
+    writers = {w.writer_id: w for w in gate_hook.get_state(gate_table).writers}
+    assert set(writers) == job.writer_ids and all(w.seen_at is None for w in writers.values())
+
+
+def test_during_a_mysql_outage_the_gated_source_resumes_when_the_lease_ends_not_before(
+    tmp_path, unique_name, flink_job
+):
+    with PrivateMariaDB(tmp_path / "mariadb") as mysql:
+        hook = WriteGateHook(mysql.gate_connection("gate"))
+        table = f"lake.flink.{unique_name}"
+        job = flink_job(gate_url=mysql.jdbc_url("gate"), table=table, password=mysql.password)
+        job.start()
+        job.wait_for(lambda: job.emitted() >= 40, "records emitted", timeout=120)
+        closed = hook.close_gate(table, OWNER, lease_seconds=OUTAGE_LEASE_SECONDS)
+        closed_at, lease_ends = closed.closed_at.timestamp(), closed.lease_expires_at.timestamp()
+        wait_for_acknowledgements(hook, table, job)  # both subtasks have read the closed gate
+        mysql.stop()
+        down_at = time.time()
+        assert down_at < lease_ends - 5, "MySQL went down too late in the lease for the outage to show anything"
+        job.wait_for(
+            lambda: all(e.emit_times(start=lease_ends) for e in job.events().values()),
+            "records from each subtask after the lease ended, MySQL still down",
+            timeout=lease_ends - time.time() + 30,
+        )
+        job.wait_until_finished(timeout=120)
+        assert not mysql.running
+
+    events = job.events()
+    assert sorted(events) == list(range(PARALLELISM))
+    print(f"lease of {OUTAGE_LEASE_SECONDS} s; MySQL down {down_at - closed_at:.2f} s after the closing")
+    for subtask, e in events.items():
+        resumed = min(e.emit_times(start=closed_at + EMIT_SLACK))
+        last = max(e.emit_times(end=closed_at + EMIT_SLACK))
+        print(
+            f"subtask {subtask}: last record {last - closed_at:.3f} s after the closing, next "
+            f"{resumed - lease_ends:+.4f} s from the lease's end; checkpoints completed while MySQL was down and the "
+            f"lease ran: "
+            f"{len(e.completions_between(down_at, lease_ends))}"
+        )
+        # Paused from the closing to the lease's end, MySQL down for most of it; then on again, at once.
+        assert e.emit_times(closed_at + EMIT_SLACK, lease_ends) == [], f"subtask {subtask} emitted inside the lease"
+        assert lease_ends - CLOCK_TOLERANCE <= resumed <= lease_ends + EMIT_SLACK, (
+            f"subtask {subtask} resumed {resumed - lease_ends:+.3f} s from the lease's end"
+        )
+        assert len(e.completions_between(down_at, lease_ends)) >= 3, "checkpoints stopped during the outage"
+    assert "is unreachable" in job.log() and "obeying its last verdict, closed" in job.log()
+    output = job.output()
+    assert sorted(output) == list(range(COUNT)), f"{len(output)} records, {len(set(output))} distinct"
+
+
+def test_a_gate_that_refuses_the_writers_user_fails_the_job_before_any_record(tmp_path, unique_name, flink_job):
+    with PrivateMariaDB(tmp_path / "mariadb") as mysql:
+        mysql.gate_connection("gate")
+        with mysql.connect() as db, db.cursor() as cursor:
+            # It may read the gate, but not report to it (no INSERT, UPDATE on iceberg_write_gate_writer).
+            cursor.execute("CREATE USER 'reader'@'%' IDENTIFIED BY 'reader-password'")
+            cursor.execute("GRANT SELECT ON gate.iceberg_write_gate TO 'reader'@'%'")
+        job = flink_job(
+            gate_url=mysql.jdbc_url("gate"),
+            table=f"lake.flink.{unique_name}",
+            user="reader",
+            password="reader-password",
+        )
+        job.start()
+        code = job.wait_for_exit(timeout=120)
+
+    assert code != 0, "the job went on although the gate refused its user"
+    assert "WriteGateAccessException" in job.log() and "refused user 'reader'" in job.log()
+    assert job.emitted() == 0 and job.output() == []

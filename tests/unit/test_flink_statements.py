@@ -1,0 +1,47 @@
+"""The gated Flink source runs the writer statements of ``spark_jobs/write_gate.py``, word for word."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from airflow_iceberg.spark_jobs import write_gate
+
+JAVA = Path(__file__).resolve().parents[2] / "flink/src/main/java/airflowiceberg/flink/WriteGate.java"
+_CONSTANT = re.compile(r"static final String (\w+_SQL)\s*=\s*(.*?);\n", re.DOTALL)
+_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\"}
+
+
+def java_string_constants(source: str) -> dict[str, str]:
+    """Each ``static final String *_SQL`` of ``source``, a concatenation of string literals, as its value."""
+    constants = {}
+    for name, expression in _CONSTANT.findall(source):
+        between = _LITERAL.sub("", expression)
+        assert set(between) <= set(" \n+"), f"{name} is not made of string literals alone: {expression!r}"
+        literals = _LITERAL.findall(expression)
+        constants[name] = "".join(re.sub(r"\\(.)", lambda m: _ESCAPES[m.group(1)], part) for part in literals)
+    return constants
+
+
+def python_statements() -> dict[str, str]:
+    """Every writer statement of the Python client, by name."""
+    return {name: sql for name, sql in vars(write_gate).items() if name.startswith("WRITER_") and name.endswith("_SQL")}
+
+
+def test_the_java_writer_runs_every_python_writer_statement_with_jdbc_placeholders():
+    java = java_string_constants(JAVA.read_text())
+    expected = {name: sql.replace("%s", "?") for name, sql in python_statements().items()}
+    assert set(expected) == {"WRITER_REGISTER_SQL", "WRITER_CHECK_SQL", "WRITER_ACK_SQL", "WRITER_LEAVE_SQL"}
+    assert java == expected
+
+
+def test_a_changed_java_statement_is_caught():
+    source = JAVA.read_text().replace('seen_at = NOW(6)"', 'seen_at = NOW()"')
+    changed = java_string_constants(source)["WRITER_REGISTER_SQL"]
+    assert changed != python_statements()["WRITER_REGISTER_SQL"].replace("%s", "?")
+
+
+def test_java_string_literals_are_read_with_their_escapes():
+    source = 'static final String X_SQL = "a\\n"\n    + "b \\"c\\" \\\\";\n'
+    assert java_string_constants(source) == {"X_SQL": 'a\nb "c" \\'}
