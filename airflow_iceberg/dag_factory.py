@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, BaseOperator, TriggerRule, chain
+from airflow.sdk import DAG, BaseOperator, chain
 
 from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, TableList, load_table_list, spark_pool_name
@@ -32,6 +32,8 @@ from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
+#: The task that runs a gated run's rewrites, in one Spark application.
+REWRITE_TASK_ID = "rewrite_files"
 
 #: Retries by kind of task. Every task retries at least once: a time-out of Airflow's own Execution API as a
 #: task starts is enough to fail it. Failures that a retry cannot mend (bad input, a gate another run holds,
@@ -99,17 +101,18 @@ def _gated_rewrites(
     *,
     full: bool,
 ):
-    """check_run_params >> plan_compaction >> close_gate >> wait_until_snapshot_idle >> <rewrites> >> open_gate.
+    """check_run_params >> plan_compaction >> close_gate >> wait_until_snapshot_idle >> rewrite_files >> open_gate.
 
     ``check_run_params`` validates a manual run's Params and renders each rewrite's predicate; ``plan_compaction``
     reads the table's health and ends the run there (skipping everything after it, teardowns included) on a dry
-    run or when nothing needs work. Each rewrite takes the predicate the plan gives it, or is skipped.
+    run or when nothing needs work. ``rewrite_files`` runs the rewrites the plan gives a predicate, each with
+    that predicate, one after another in one Spark application: the pause pays for one Spark start-up.
 
     ``open_gate`` is the teardown of ``close_gate``: it runs whatever the rewrites did, and, being a teardown,
     does not decide the run's state, so a failed rewrite leaves the run failed and the gate open. ``record_run``,
     the teardown of ``plan_compaction``, completes the run's record after the gate is open.
-    Returns the ``open_gate`` task and the last rewrite, for work that must run after the gate is open again
-    and only if the rewrites succeeded.
+    Returns the ``open_gate`` task and the rewrite, for work that must run after the gate is open again and
+    only if the rewrites succeeded.
     """
     table, gate_conn = config.table, config.write_gate_conn_id
     check = CheckRunParamsOperator(
@@ -162,39 +165,35 @@ def _gated_rewrites(
         doc_md=docs.wait_until_snapshot_idle(config),
         **RETRIES["gate"],
     )
-    tasks = [
-        IcebergRewriteOperator(
-            task_id=procedure,
-            table=table,
-            procedure=procedure,
-            options=options,
-            where=where,
-            iceberg_conn_id=config.catalog_conn_id,
-            write_gate_conn_id=gate_conn,
-            apply_run_params=True,
-            plan_task_id=plan.task_id,
-            # A rewrite the plan skips does not stop the next one; a failed one does.
-            trigger_rule=TriggerRule.ALL_SUCCESS if index == 0 else TriggerRule.NONE_FAILED,
-            outlets=[table_asset(table)],
-            execution_timeout=timedelta(seconds=config.max_pause_seconds),
-            doc_md=docs.rewrite(config, procedure),
-            **RETRIES["rewrite"],
-            **_spark_args(config),
-        )
-        for index, (procedure, options, where) in enumerate(rewrites)
-    ]
+    rewrite = IcebergRewriteOperator(
+        task_id=REWRITE_TASK_ID,
+        table=table,
+        procedures=[procedure for procedure, _, _ in rewrites],
+        options={procedure: options for procedure, options, _ in rewrites},
+        where={procedure: where for procedure, _, where in rewrites},
+        iceberg_conn_id=config.catalog_conn_id,
+        write_gate_conn_id=gate_conn,
+        apply_run_params=True,
+        plan_task_id=plan.task_id,
+        outlets=[table_asset(table)],
+        execution_timeout=timedelta(seconds=config.max_pause_seconds),
+        doc_md=docs.rewrite_files(config, full),
+        **RETRIES["rewrite"],
+        **_spark_args(config),
+    )
     open_gate = OpenWriteGateOperator(
         task_id="open_gate", table=table, write_gate_conn_id=gate_conn, doc_md=docs.open_gate(config),
         **RETRIES["open"],
     )  # fmt: skip
     record = RecordRunOperator(
         task_id="record_run", table=table, iceberg_conn_id=config.catalog_conn_id, write_gate_conn_id=gate_conn,
-        plan_task_id=plan.task_id, doc_md=docs.record_run(config), **RETRIES["check"],
+        plan_task_id=plan.task_id, rewrite_task_id=rewrite.task_id, doc_md=docs.record_run(config),
+        **RETRIES["check"],
     )  # fmt: skip
-    _add(dag, [check, plan, close_gate, wait, *tasks, open_gate, record])
-    chain(check, plan, close_gate, wait, *tasks, open_gate.as_teardown(setups=close_gate))
+    _add(dag, [check, plan, close_gate, wait, rewrite, open_gate, record])
+    chain(check, plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
     open_gate >> record.as_teardown(setups=plan)
-    return open_gate, tasks[-1]
+    return open_gate, rewrite
 
 
 def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
@@ -204,7 +203,7 @@ def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
 
 
 def build_compaction_dag(config: TableConfig) -> DAG:
-    """Plan from health, then close_gate >> wait >> rewrite_data_files >> rewrite_position_delete_files >> open_gate."""
+    """Plan from health, then close_gate >> wait >> rewrite_files (data files, then position deletes) >> open_gate."""
     dag = _dag(
         compaction_dag_id(config.table),
         config,
@@ -237,15 +236,13 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
         catchup=full.catchup,
         doc_md=docs.full_rewrite_dag(config, where),
     )
-    open_gate, last_rewrite = _gated_rewrites(
-        dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], full=True
-    )
+    open_gate, rewrite = _gated_rewrites(dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], full=True)
     care = _table_care(config)
     if care:
         _add(dag, care)
         # After the gate is open (never pausing writers), and only once the rewrites succeeded: a failed
         # rewrite then leaves the table care upstream_failed, so the run still ends failed.
-        [open_gate, last_rewrite] >> care[0]
+        [open_gate, rewrite] >> care[0]
         chain(*care)
     return dag
 
@@ -262,7 +259,7 @@ def _table_care(config: TableConfig) -> list[IcebergRewriteOperator]:
     if care.rewrite_manifests:
         tasks.append(
             IcebergRewriteOperator(
-                task_id="rewrite_manifests", procedure="rewrite_manifests", doc_md=docs.REWRITE_MANIFESTS, **common
+                task_id="rewrite_manifests", procedures=["rewrite_manifests"], doc_md=docs.REWRITE_MANIFESTS, **common
             )
         )
     if care.expire_snapshots:

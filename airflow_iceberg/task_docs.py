@@ -95,16 +95,25 @@ def wait_until_snapshot_idle(config: TableConfig) -> str:
     )
 
 
-def rewrite(config: TableConfig, procedure: str) -> str:
+def rewrite_files(config: TableConfig, full: bool) -> str:
+    catalog = config.table.catalog
+    which = (
+        "every file of the run's partitions (`rewrite-all`)"
+        if full
+        else "the partitions `plan_compaction` found in need of it (its plan is in XCom)"
+    )
     return (
-        f"`CALL {config.table.catalog}.system.{procedure}(...)` on `{config.table}`, in a PySpark job through "
-        "spark-submit, only while this run holds the gate; the Spark job renews the lease while it works and "
-        f"stops before the pause reaches {config.max_pause_seconds} s. The result row is in XCom and in the table's "
-        "asset event.\n\n"
-        "**If it fails**, Iceberg committed nothing of the failed rewrite (with partial progress, file groups "
-        "already committed stay) and the table is as it was; `open_gate` still reopens the gate. It retries once; "
-        "it does not retry an Iceberg commit conflict (a writer committed during the pause, which the gate exists "
-        "to prevent: check that the writer reads the gate), or a run that lost its gate or reached the ceiling."
+        f"`CALL {catalog}.system.rewrite_data_files(...)`, then `CALL {catalog}.system.rewrite_position_delete_files"
+        f"(...)`, on `{config.table}`: {which}. Both run one after another in one PySpark application through "
+        "spark-submit, so the pause pays for one Spark start-up; a procedure the plan gives nothing to do is left "
+        "out. They run only while this run holds the gate: the Spark job renews the lease while it works, starts "
+        f"each `CALL` only on a lease with time left, and stops before the pause reaches {config.max_pause_seconds} "
+        "s. Each procedure's result row is in XCom and in the table's asset event.\n\n"
+        "**If it fails**, Iceberg committed nothing of the failed procedure (with partial progress, file groups "
+        "already committed stay; a procedure that completed before it stays too) and `open_gate` still reopens the "
+        "gate. It retries once; it does not retry an Iceberg commit conflict (a writer committed during the pause, "
+        "which the gate exists to prevent: check that the writer reads the gate), or a run that lost its gate or "
+        "reached the ceiling."
     )
 
 

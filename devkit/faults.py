@@ -34,7 +34,7 @@ import psutil
 import yaml
 
 from airflow_iceberg.config import TableConfig, load_table_list
-from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
+from airflow_iceberg.dag_factory import REWRITE_TASK_ID, compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
@@ -192,7 +192,7 @@ def spark_jobs(root: psutil.Process, procedure: str) -> list[psutil.Process]:
             command = " ".join(process.cmdline())
         except psutil.Error:
             continue
-        if "run_procedure.py" in command and f"--procedure {procedure}" in command:
+        if "run_procedure.py" in command and f'"procedure": "{procedure}"' in command:
             found.append(process)
     return found
 
@@ -468,7 +468,7 @@ def spark_submit_killed(bench: FaultBench) -> Outcome:
     killer.start()
     run = bench.run_here()
     killer.join(5)
-    tries = run.get_task_instance("rewrite_data_files").try_number
+    tries = run.get_task_instance(REWRITE_TASK_ID).try_number
     return bench.outcome(
         "spark-submit killed", started, bench.run_state(run), failed_before=failed, killed=killed,
         rewrite_tries=tries,
@@ -485,7 +485,7 @@ def rewrite_five_times_the_lease(bench: FaultBench) -> Outcome:
     trail = [r for r in bench.gate.audit_trail(TABLE) if r["owner_run_id"] == run.run_id]
     closed = next(r["at"] for r in trail if r["action"] == "close").timestamp()
     opened = next(r["at"] for r in trail if r["action"] == "open").timestamp()
-    rewrite = run.get_task_instance("rewrite_data_files")
+    rewrite = run.get_task_instance(REWRITE_TASK_ID)
     writer = bench.writer
     assert writer is not None
     return bench.outcome(
@@ -674,7 +674,7 @@ def warehouse_unwritable(bench: FaultBench) -> Outcome:
     freezer.start()
     run = bench.run_here()
     freezer.join(60)
-    tries = run.get_task_instance("rewrite_data_files").try_number
+    tries = run.get_task_instance(REWRITE_TASK_ID).try_number
     return bench.outcome(
         "warehouse unwritable", started, bench.run_state(run), failed_before=failed, rewrite_tries=tries,
         froze=bool(frozen),

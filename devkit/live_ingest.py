@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_iceberg.dag_factory import REWRITE_PROCEDURES
+from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.writers import IngestJob
@@ -64,10 +64,10 @@ def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | No
     trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == run.run_id]
     closed_at = next(r["at"] for r in trail if r["action"] == "close")
     opened_at = next(r["at"] for r in trail if r["action"] == "open")
-    rewrites = [run.get_task_instance(task_id) for task_id in REWRITE_PROCEDURES]
-    rewrite_seconds = sum((ti.end_date - ti.start_date).total_seconds() for ti in rewrites)
+    rewrite = run.get_task_instance(REWRITE_TASK_ID)
+    rewrite_seconds = (rewrite.end_date - rewrite.start_date).total_seconds()
     wait = run.get_task_instance("wait_until_snapshot_idle")
-    data_result = rewrites[0].xcom_pull(task_ids=REWRITE_PROCEDURES[0]) or {}
+    data_result = (rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {}).get("rewrite_data_files") or {}
     batches = job.batches()
     interval = commit_interval(batches)
     # Records held back by the gate are committed by the first batch after it opens.

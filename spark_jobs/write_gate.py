@@ -493,6 +493,23 @@ class LeaseKeeper:
             raise LeaseLostError(self._ceiling_reached(renewed.seconds_left))
         return renewed
 
+    def renew_before_work(self) -> None:
+        """Before the next piece of work starts: renew, or, with MySQL away, go on only while the last lease has
+        more than ``margin`` left. Raise :class:`LeaseLostError` otherwise, or if the lease was lost already."""
+        import pymysql
+
+        if self.lost is not None:
+            raise LeaseLostError(self.lost)
+        try:
+            self.renew_now()
+        except (pymysql.err.MySQLError, OSError) as error:
+            if self._clock() >= self._ends_at - self.margin:
+                raise LeaseLostError(
+                    f"the lease of the write gate of {self.lease.table} ends in under {self.margin:.0f} s and could "
+                    f"not be renewed ({error}): no work may start"
+                ) from error
+            self._log(f"could not renew the lease of {self.lease.table} ({error}); its last lease still holds")
+
     def start(self) -> Lease:
         """Renew once (raising :class:`LeaseLostError` if lost), then keep renewing and watching in daemon threads."""
         renewed = self.renew_now()

@@ -40,8 +40,9 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     """:class:`SparkSubmitHook` that keeps the result row the job prints, and can hand each output line on.
 
     In local and client deploy modes spark-submit's output includes the driver's stdout, where the jobs in
-    ``airflow_iceberg.spark_jobs`` print their result (``format_result_line``); :attr:`result` holds the last
-    one seen, or None (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
+    ``airflow_iceberg.spark_jobs`` print a result line per procedure (``format_result_line``); :attr:`results`
+    holds each procedure's row by name, in the order they came, and :attr:`result` the last row seen, or None
+    (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
     holds the first line that reports an Iceberg commit conflict, or None; :attr:`lease_lost` the reason the
     job gave for stopping because its run lost the write gate, or None. The hook still processes and logs
     every line itself (application ids, driver ids, the log tail of a failure).
@@ -69,6 +70,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     def _capture(self, on_line: Callable[[str], None] | None, logger_name: str | None) -> None:
         self.on_line = on_line
         self.result: dict[str, Any] | None = None
+        self.results: dict[str, dict[str, Any]] = {}
         self.commit_conflict: str | None = None
         self.lease_lost: str | None = None
         if logger_name is not None:
@@ -98,7 +100,10 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
                 line = str(raw).strip()
                 result = parse_result_line(line)
                 if result is not None:
+                    procedure = result.pop("procedure", None)
                     self.result = result
+                    if isinstance(procedure, str):
+                        self.results[procedure] = result
                 if self.commit_conflict is None and any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
                     self.commit_conflict = line
                 if LEASE_LOST_MARKER in line:

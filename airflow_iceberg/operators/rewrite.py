@@ -51,12 +51,15 @@ def table_asset(table: TableName) -> Asset:
 
 
 class IcebergRewriteOperator(SparkSubmitOperator):
-    """Run ``CALL <catalog>.system.<procedure>(...)`` on one table in a PySpark job and push its result row.
+    """Run ``CALL <catalog>.system.<procedure>(...)`` for each of ``procedures`` on one table, one after another,
+    in one PySpark application, and push their result rows.
 
-    Built for the rewrites (``rewrite_data_files``, ``rewrite_position_delete_files``); it runs the table-care
-    procedures (``rewrite_manifests``, ``expire_snapshots``, ``remove_orphan_files``) the same way.
+    Built for the rewrites of a gated run (``rewrite_data_files``, then ``rewrite_position_delete_files``): they
+    share one Spark application, so the writers' pause pays for one Spark start-up (a JVM locally, a YARN or
+    Kubernetes application on a cluster) rather than one per procedure. It runs the table-care procedures
+    (``rewrite_manifests``, ``expire_snapshots``, ``remove_orphan_files``) the same way.
 
-    The job (``run_procedure.py`` in ``airflow_iceberg.spark_jobs``, installed with the provider) builds the
+    The job (``run_procedure.py`` in ``airflow_iceberg.spark_jobs``, installed with the provider) builds each
     ``CALL`` from checked parts: the table name must be ``catalog.namespace.table``, option names come from the
     procedure's known list, and option values and the ``where`` predicate travel as escaped string literals. The
     same checks run here when the DAG is parsed, so bad input fails before any gate is closed.
@@ -67,33 +70,37 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     templates.
 
     If ``write_gate_conn_id`` is set, the task renews this run's lease on the table's gate and submits the job
-    only if the run still holds it; the job then renews the lease itself while it works, and stops (cancelling
-    its Spark jobs, before writers resume) when the run no longer holds the gate or the pause reaches its
-    ceiling. That failure, and an Iceberg commit conflict, fail the task without retries: inside the same gate
-    window a retry would meet the same writer.
+    only if the run still holds it; the job then renews the lease itself while it works, starts each ``CALL``
+    only on a lease with time left, and stops (cancelling its Spark jobs, before writers resume) when the run
+    no longer holds the gate or the pause reaches its ceiling. That failure, and an Iceberg commit conflict,
+    fail the task without retries: inside the same gate window a retry would meet the same writer.
 
-    In local and client deploy modes the job's result row (for ``rewrite_data_files``:
+    In local and client deploy modes each procedure's result row (for ``rewrite_data_files``:
     ``rewritten_data_files_count``, ``added_data_files_count``, ``rewritten_bytes_count``, ...) is logged and
-    returned, so it lands in XCom. In cluster deploy mode the driver's output stays on the cluster and the
-    task returns None.
+    returned by procedure name, so it lands in XCom. In cluster deploy mode the driver's output stays on the
+    cluster and the task returns None.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
-    :param procedure: ``rewrite_data_files`` or ``rewrite_position_delete_files``.
-    :param options: Procedure options by Iceberg's names, e.g. ``{"target-file-size-bytes": 134217728}``.
-    :param where: Spark SQL predicate selecting the partitions to rewrite. (templated; with
-        ``apply_run_params``, a run that gives its own ``where`` uses that, as written, and this template is not
-        rendered; with ``plan_task_id``, the plan's predicate is used instead)
-    :param arguments: The procedure's other named arguments, e.g. ``{"strategy": "sort"}`` or, for
-        ``expire_snapshots``, ``{"older_than": "2026-11-20 00:00:00", "retain_last": 10}``.
+    :param procedures: The procedures to call, in this order, e.g. ``["rewrite_data_files",
+        "rewrite_position_delete_files"]``.
+    :param options: Each procedure's options by Iceberg's names, by procedure, e.g.
+        ``{"rewrite_data_files": {"target-file-size-bytes": 134217728}}``.
+    :param where: Each rewrite's Spark SQL predicate selecting the partitions to rewrite, by procedure; a
+        procedure without one takes the whole table. (templated; with ``apply_run_params``, a run that gives its
+        own ``where`` uses that, as written, and the template is not rendered; with ``plan_task_id``, the plan's
+        predicates are used instead)
+    :param arguments: Each procedure's other named arguments, by procedure, e.g. ``{"rewrite_data_files":
+        {"strategy": "sort"}}`` or ``{"expire_snapshots": {"older_than": "2026-11-20 00:00:00"}}``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: If set, check that this run holds the gate before submitting.
     :param apply_run_params: Let the run's Params (``where``, ``rewrite_all``, ``target_file_size_bytes``,
         ``min_input_files``, ``partial_progress``, ``strategy``, ``sort_order``) override the settings above.
-    :param plan_task_id: The ``plan_compaction`` task: the rewrite then runs with the predicate the plan gives
-        it, or is skipped when the plan gives it none. It pushes its wall time to XCom under ``seconds``.
+    :param plan_task_id: The ``plan_compaction`` task: only the procedures the plan gives a predicate run, each
+        with that predicate, and the task is skipped when it gives none. It pushes its wall time to XCom under
+        ``seconds``.
     :param kwargs: Passed to :class:`SparkSubmitOperator` (``conn_id``, ``jars``, ``packages``, ``conf``, ...).
-        With ``outlets=[table_asset(table)]`` each successful run emits an asset event whose extra holds the
-        procedure's name and result row, so downstream DAGs can be scheduled on "this table was compacted".
+        With ``outlets=[table_asset(table)]`` each successful run emits an asset event whose extra holds each
+        procedure's result row by name, so downstream DAGs can be scheduled on "this table was compacted".
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "where")
@@ -102,10 +109,10 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self,
         *,
         table: TableName | str,
-        procedure: str,
-        options: Mapping[str, Any] | None = None,
-        where: str | None = None,
-        arguments: Mapping[str, Any] | None = None,
+        procedures: Sequence[str],
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        where: Mapping[str, str | None] | None = None,
+        arguments: Mapping[str, Mapping[str, Any]] | None = None,
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str | None = None,
         apply_run_params: bool = False,
@@ -113,17 +120,24 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         name = TableName.of(table)
-        normalize_options(procedure, options)
-        normalize_arguments(procedure, arguments)
+        if isinstance(procedures, str) or not procedures or len(set(procedures)) != len(procedures):
+            raise ValueError(f"procedures must be a list of distinct procedure names, got {procedures!r}")
+        for what, by_procedure in (("options", options), ("where", where), ("arguments", arguments)):
+            unknown = sorted(set(by_procedure or {}) - set(procedures))
+            if unknown:
+                raise ValueError(f"{what} given for {', '.join(unknown)}, which is not among procedures {procedures}")
+        for procedure in procedures:
+            normalize_options(procedure, (options or {}).get(procedure))
+            normalize_arguments(procedure, (arguments or {}).get(procedure))
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
         kwargs.setdefault("py_files", ",".join(str(SPARK_JOBS_DIR / helper) for helper in SPARK_JOB_HELPERS))
-        kwargs.setdefault("name", f"iceberg-{procedure}-{name}")
+        kwargs.setdefault("name", f"iceberg-{','.join(procedures)}-{name}")
         super().__init__(**kwargs)
         self.table = name
-        self.procedure = procedure
-        self.options = dict(options or {})
-        self.where = where
-        self.arguments = dict(arguments or {})
+        self.procedures = list(procedures)
+        self.options = {p: dict(o) for p, o in (options or {}).items()}
+        self.where = dict(where or {})
+        self.arguments = {p: dict(a) for p, a in (arguments or {}).items()}
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
         self.apply_run_params = apply_run_params
@@ -135,41 +149,56 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         # A run's own `where` replaces the table's before rendering: the table's template is then never rendered
         # (it may need a logical date the run lacks), and the run's text is taken as written, never as a template.
-        # With a plan, the predicate comes from it (rendered and narrowed there): this template is not rendered.
+        # With a plan, the predicates come from it (rendered and narrowed there): these templates are not rendered.
         if self.plan_task_id:
-            self.where = None
+            self.where = {}
         elif self.apply_run_params:
-            run_where = overrides_from_params(context["params"]).where_for(self.procedure)
-            if run_where is not None:
-                self.where = literal(run_where)
+            overrides = overrides_from_params(context["params"])
+            for procedure in self.procedures:
+                run_where = overrides.where_for(procedure)
+                if run_where is not None:
+                    self.where[procedure] = literal(run_where)
         super().render_template_fields(context, jinja_env)
 
-    def execute(self, context: Context) -> dict[str, Any] | None:
-        name = self.table
-        options, arguments, where = self.options, self.arguments, self.where
+    def _calls(self, context: Context) -> list[dict[str, Any]]:
+        """The procedures this try runs, each with its options, predicate and arguments, checked."""
+        procedures, where = self.procedures, dict(self.where)
         if self.plan_task_id:
             plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan")
             if plan is None:
-                raise AirflowFailException(f"{self.plan_task_id} pushed no plan for {self.procedure} to follow")
-            if self.procedure not in plan["predicates"]:
+                raise AirflowFailException(f"{self.plan_task_id} pushed no plan for {self.table} to follow")
+            procedures = [p for p in self.procedures if p in plan["predicates"]]
+            if not procedures:
                 raise AirflowSkipException(
-                    f"no partition of {name} needs {self.procedure} ({plan['decision']}: {plan['reason']})"
+                    f"no partition of {self.table} needs a rewrite ({plan['decision']}: {plan['reason']})"
                 )
-            where = plan["predicates"][self.procedure]
-            self.log.info("%s takes %s: %s", self.procedure, plan["partitions"].get(self.procedure), where)
-        started = time.monotonic()
-        if self.apply_run_params:
-            overrides = overrides_from_params(context["params"])
-            options = {**options, **overrides.options.get(self.procedure, {})}
-            arguments = {**arguments, **overrides.arguments.get(self.procedure, {})}
-        build_call(self.procedure, name, options, where, arguments)  # checked before Spark starts
-        if where is not None:
-            from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
+            where = {p: plan["predicates"][p] for p in procedures}
+            for procedure in procedures:
+                self.log.info("%s takes %s: %s", procedure, plan["partitions"].get(procedure), where[procedure])
+        overrides = overrides_from_params(context["params"]) if self.apply_run_params else None
+        calls = []
+        for procedure in procedures:
+            options = {**self.options.get(procedure, {}), **(overrides.options.get(procedure, {}) if overrides else {})}
+            arguments = {
+                **self.arguments.get(procedure, {}),
+                **(overrides.arguments.get(procedure, {}) if overrides else {}),
+            }
+            predicate = where.get(procedure)
+            build_call(procedure, self.table, options, predicate, arguments)  # checked before Spark starts
+            if predicate is not None:
+                from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
 
-            try:
-                parse_predicate(where, what=f"{self.procedure}'s where")
-            except PredicateError as error:
-                raise AirflowFailException(str(error)) from None
+                try:
+                    parse_predicate(predicate, what=f"{procedure}'s where")
+                except PredicateError as error:
+                    raise AirflowFailException(str(error)) from None
+            calls.append({"procedure": procedure, "options": options, "where": predicate, "arguments": arguments})
+        return calls
+
+    def execute(self, context: Context) -> dict[str, Any] | None:
+        name = self.table
+        calls = self._calls(context)
+        started = time.monotonic()
         cluster = self._in_cluster_deploy_mode()
         self._hook = None  # built anew from this try's settings (a retry in the same process keeps none)
         self._lease_lost = None
@@ -195,14 +224,9 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             self.files = ",".join(filter(None, [self._declared_files, str(secrets_path) if cluster else None]))
             self.application_args = [
                 "--table", str(name),
-                "--procedure", self.procedure,
-                "--options", json.dumps(options),
+                "--calls", json.dumps(calls),
                 "--job-secrets", JOB_SECRETS_FILE if cluster else str(secrets_path),
             ]  # fmt: skip
-            if where:
-                self.application_args += ["--where", where]
-            if arguments:
-                self.application_args += ["--arguments", json.dumps(arguments)]
             try:
                 if keeper is not None:
                     keeper.start()
@@ -212,21 +236,22 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             finally:
                 if keeper is not None:
                     keeper.stop()
-        result = self._result_hook.result if self._result_hook else None
-        if result is None:
-            self.log.warning("The Spark job reported no result row (cluster deploy mode keeps driver output)")
-        else:
-            self.log.info("%s on %s: %s", self.procedure, name, result)
+        hook = self._result_hook
+        results = dict(hook.results) if hook is not None else {}
+        if not results:
+            self.log.warning("The Spark job reported no result rows (cluster deploy mode keeps driver output)")
+        for procedure, result in results.items():
+            self.log.info("%s on %s: %s", procedure, name, result)
             failed = result.get("failed_data_files_count") or 0
             if failed:  # partial progress reports failed file groups instead of failing the procedure
                 raise AirflowException(
-                    f"{self.procedure} on {name} could not rewrite {failed} data files (see Spark's errors above); "
+                    f"{procedure} on {name} could not rewrite {failed} data files (see Spark's errors above); "
                     f"file groups that did succeed were committed, the others are as they were: {result}"
                 )
         context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - started, 3))
-        for outlet in self.outlets:  # the table's asset event carries what this procedure did
-            context["outlet_events"][outlet].extra = {"procedure": self.procedure, **(result or {})}
-        return result
+        for outlet in self.outlets:  # the table's asset event carries what each procedure did
+            context["outlet_events"][outlet].extra = {"procedures": results}
+        return results or None
 
     def _stop_spark(self, reason: str) -> None:
         """The task's lease keeper lost the gate: end spark-submit (the job, if started, stops on its own too)."""
@@ -237,6 +262,8 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     def _failure(self, error: Exception) -> Exception:
         """What the task raises for a failed Spark job: failures a retry cannot mend fail it at once."""
         hook = self._result_hook
+        what = f"{', '.join(self.procedures)} on {self.table}"
+        done = f" ({', '.join(hook.results)} had completed and committed)" if hook is not None and hook.results else ""
         lost = (
             (hook.lease_lost if hook is not None else None)
             or self._lease_lost
@@ -244,16 +271,16 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         )
         if lost is not None:
             return AirflowFailException(
-                f"{self.procedure} on {self.table} stopped because its run no longer holds the write gate, so "
-                "writers may commit. Each commit it completed before it stopped stays (Iceberg commits are "
-                f"atomic); it committed nothing else. It said: {lost}"
+                f"{what} stopped because its run no longer holds the write gate, so writers may commit{done}. Each "
+                f"commit it completed before it stopped stays (Iceberg commits are atomic); it committed nothing "
+                f"else. It said: {lost}"
             )
         if hook is not None and hook.commit_conflict is not None:
             # Retrying inside the same gate window would only race the same writer again.
             return AirflowFailException(
-                f"{self.procedure} on {self.table} lost an Iceberg commit conflict, so it committed nothing: a "
-                f"writer committed to the table during the pause. Check that every writer of {self.table} reads "
-                f"the write gate. Spark said: {hook.commit_conflict}"
+                f"{what} lost an Iceberg commit conflict, so that procedure committed nothing{done}: a writer "
+                f"committed to the table during the pause. Check that every writer of {self.table} reads the "
+                f"write gate. Spark said: {hook.commit_conflict}"
             )
         return error
 

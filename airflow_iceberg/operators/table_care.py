@@ -63,8 +63,8 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
     ) -> None:
         if older_than_hours < 0:
             raise ValueError(f"older_than_hours must not be negative, got {older_than_hours!r}")
-        kwargs.setdefault("procedure", "expire_snapshots")
-        kwargs.setdefault("arguments", {"retain_last": retain_last})
+        kwargs.setdefault("procedures", ["expire_snapshots"])
+        kwargs.setdefault("arguments", {"expire_snapshots": {"retain_last": retain_last}})
         super().__init__(**kwargs)
         self.older_than_hours = older_than_hours
         self.retain_last = retain_last
@@ -86,7 +86,7 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
                 marker[0], self.checkpoint_marker,
             )  # fmt: skip
             cutoff = marker[1]
-        self.arguments = {"older_than": _timestamp(cutoff), "retain_last": self.retain_last}
+        self.arguments = {"expire_snapshots": {"older_than": _timestamp(cutoff), "retain_last": self.retain_last}}
         return super().execute(context)
 
     def _newest_marked_snapshot(self, metadata: Any) -> tuple[int, datetime] | None:
@@ -122,11 +122,11 @@ class RemoveOrphanFilesOperator(IcebergRewriteOperator):
                 f"Iceberg's own 24 hours, i.e. {minimum.total_seconds() / 3600:.2f} hours, because a closed gate "
                 "keeps a writer's files uncommitted for up to its longest pause and removing them would lose data"
             )
-        kwargs.setdefault("procedure", "remove_orphan_files")
+        kwargs.setdefault("procedures", ["remove_orphan_files"])
         super().__init__(**kwargs)
         self.older_than_hours = older_than_hours
 
     def execute(self, context: Context) -> dict[str, Any] | None:
         cutoff = _run_time(context) - timedelta(hours=self.older_than_hours)
-        self.arguments = {"older_than": _timestamp(cutoff)}
+        self.arguments = {"remove_orphan_files": {"older_than": _timestamp(cutoff)}}
         return super().execute(context)

@@ -12,8 +12,7 @@ CHAIN = [
     "plan_compaction",
     "close_gate",
     "wait_until_snapshot_idle",
-    "rewrite_data_files",
-    "rewrite_position_delete_files",
+    "rewrite_files",
     "open_gate",
     "record_run",
 ]
@@ -51,13 +50,12 @@ def test_record_run_is_the_teardown_of_the_plan_so_every_planned_run_is_recorded
     assert dag.get_task("plan_compaction").ignore_downstream_trigger_rules is True
 
 
-def test_a_rewrite_the_plan_skips_does_not_skip_the_next_but_a_failed_one_stops_it():
-    dag = make_dag()
-    assert dag.get_task("rewrite_data_files").trigger_rule == TriggerRule.ALL_SUCCESS
-    assert dag.get_task("rewrite_position_delete_files").trigger_rule == TriggerRule.NONE_FAILED
-    assert {dag.get_task(p).plan_task_id for p in ("rewrite_data_files", "rewrite_position_delete_files")} == {
-        "plan_compaction"
-    }
+def test_both_rewrites_run_in_one_task_data_files_first_as_the_plan_says():
+    """One Spark application per pause: one start-up, not one per procedure."""
+    rewrite = make_dag().get_task("rewrite_files")
+    assert rewrite.procedures == ["rewrite_data_files", "rewrite_position_delete_files"]
+    assert rewrite.plan_task_id == "plan_compaction" and rewrite.trigger_rule == TriggerRule.ALL_SUCCESS
+    assert make_dag().get_task("record_run").rewrite_task_id == "rewrite_files"
 
 
 def test_health_triggers_reach_the_plan_and_the_full_rewrite_plans_without_them():
@@ -72,16 +70,16 @@ def test_health_triggers_reach_the_plan_and_the_full_rewrite_plans_without_them(
 def test_a_predicate_per_procedure_reaches_each_rewrite_and_the_check():
     where = {"rewrite_data_files": 'dt >= "20240620"'}
     dag = make_dag(where=where)
-    assert dag.get_task("rewrite_data_files").where == 'dt >= "20240620"'
-    assert dag.get_task("rewrite_position_delete_files").where is None
-    assert dag.get_task("check_run_params").where == {**where, "rewrite_position_delete_files": None}
+    both = {**where, "rewrite_position_delete_files": None}
+    assert dag.get_task("rewrite_files").where == both
+    assert dag.get_task("check_run_params").where == both
 
 
 def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_pool():
     dag = make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3)
-    spark_tasks = ["rewrite_data_files", "rewrite_position_delete_files", "rewrite_manifests", "expire_snapshots"]
+    spark_tasks = ["rewrite_files", "rewrite_manifests", "expire_snapshots"]
     assert {dag.get_task(t).pool for t in spark_tasks} == {"iceberg_spark__spark_yarn"}
-    assert make_dag().get_task("rewrite_data_files").pool == "default_pool"
+    assert make_dag().get_task("rewrite_files").pool == "default_pool"
 
 
 def test_table_settings_reach_the_tasks():
@@ -101,19 +99,19 @@ def test_table_settings_reach_the_tasks():
         spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"]},
     )
     close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_snapshot_idle")
-    rewrite = dag.get_task("rewrite_data_files")
+    rewrite = dag.get_task("rewrite_files")
     assert (close.lease_seconds, close.max_pause_seconds, close.write_gate_conn_id) == (900, 2400, "gate_prod")
     assert (close.gate_wait_seconds, close.poke_interval) == (120, 3)
     assert wait.poke_interval == 3
     assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
     assert wait.timeout == 1200  # half the longest pause, leaving the rest for the rewrites
     assert rewrite.execution_timeout.total_seconds() == 2400  # the job also stops itself at the pause's ceiling
-    assert rewrite.options == {"target-file-size-bytes": 134217728}
-    assert rewrite.where == "dt >= '{{ ds_nodash }}'"
+    assert rewrite.options == {"rewrite_data_files": {"target-file-size-bytes": 134217728},
+                               "rewrite_position_delete_files": {}}  # fmt: skip
+    assert rewrite.where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
     assert rewrite.write_gate_conn_id == "gate_prod"
-    assert dag.get_task("rewrite_position_delete_files").options == {}
     assert dag.schedule == "@hourly"
 
 
@@ -154,14 +152,15 @@ def make_full_rewrite_dag(**settings):
 
 
 def render_where(dag, logical_date: str) -> str:
-    """The rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in the task."""
+    """The data-file rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in the
+    task."""
     import pendulum
     from airflow.macros import ds_add
 
-    task = dag.get_task("rewrite_data_files")
+    task = dag.get_task("rewrite_files")
     moment = pendulum.parse(logical_date)
     context = {"ds": moment.to_date_string(), "logical_date": moment, "macros": type("M", (), {"ds_add": ds_add})}
-    return task.render_template(task.where, context)
+    return task.render_template(task.where["rewrite_data_files"], context)
 
 
 def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_gate():
@@ -171,12 +170,12 @@ def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_
     order = [t.task_id for t in dag.topological_sort()]
     assert [t for t in order if t not in care] == CHAIN and [t for t in order if t in care] == care
     # Table care runs once the gate is open again, and only after the rewrites succeeded.
-    assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_position_delete_files"}
+    assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_files"}
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
     assert dag.get_task("open_gate").is_teardown and dag.max_active_runs == 1
     assert dag.schedule == "@daily" and dag.catchup is True
-    for procedure in ("rewrite_data_files", "rewrite_position_delete_files"):
-        assert dag.get_task(procedure).options == {"rewrite-all": True, "max-concurrent-file-group-rewrites": 200}
+    everything = {"rewrite-all": True, "max-concurrent-file-group-rewrites": 200}
+    assert dag.get_task("rewrite_files").options == dict.fromkeys(dag.get_task("rewrite_files").procedures, everything)
     assert render_where(dag, "2026-11-20T00:00:00+00:00") == "`dt` = '20261120'"
 
 
@@ -188,7 +187,10 @@ def test_a_day_transform_selects_the_utc_day_of_the_logical_date():
 
 
 def test_without_a_partition_the_full_rewrite_takes_the_whole_table():
-    assert make_full_rewrite_dag().get_task("rewrite_data_files").where is None
+    assert make_full_rewrite_dag().get_task("rewrite_files").where == {
+        "rewrite_data_files": None,
+        "rewrite_position_delete_files": None,
+    }
 
 
 def test_tasks_hold_no_copy_of_the_dags_params_which_the_run_still_sees():

@@ -76,11 +76,13 @@ def test_a_dag_run_compacts_the_table_keeps_every_row_and_reopens_the_gate(small
     assert [r["action"] for r in gate.audit_trail(table)] == ["close", "open"]
     assert {r["owner_run_id"] for r in gate.audit_trail(table)} == {run.run_id}
 
-    rewrite = run.get_task_instance("rewrite_data_files").xcom_pull(task_ids="rewrite_data_files")
-    assert rewrite["rewritten_data_files_count"] == before.data_files
-    assert rewrite["added_data_files_count"] == after.data_files
-    deletes = run.get_task_instance("rewrite_position_delete_files").xcom_pull(task_ids="rewrite_position_delete_files")
-    assert "rewritten_delete_files_count" in deletes
+    # Both rewrites ran in the one task's Spark application, data files first; each reported its result row.
+    results = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+    assert list(results) == ["rewrite_data_files", "rewrite_position_delete_files"]
+    assert results["rewrite_data_files"]["rewritten_data_files_count"] == before.data_files
+    assert results["rewrite_data_files"]["added_data_files_count"] == after.data_files
+    assert "rewritten_delete_files_count" in results["rewrite_position_delete_files"]
+    assert asset_events(table) == [{"procedures": results}]  # "this table was compacted", with what was done
 
 
 def test_a_where_predicate_limits_the_rewrite_to_its_partitions(small_files_table, compaction_dag):
@@ -112,8 +114,7 @@ def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unch
     assert run.state == "failed"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
     assert states["close_gate"] == "success"
-    assert states["rewrite_data_files"] == "failed"
-    assert states["rewrite_position_delete_files"] == "upstream_failed"
+    assert states["rewrite_files"] == "failed"
     assert states["open_gate"] == "success"
     assert asset_events(table) == []  # a failed rewrite emits no asset event
     gate = WriteGateHook()
@@ -129,12 +130,12 @@ def test_a_killed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unch
     snapshots_before = snapshot_ids(table)
     dag = compaction_dag(table)
     # Killed by its timeout while Spark is still starting: SparkSubmitOperator.on_kill ends spark-submit.
-    dag.get_task("rewrite_data_files").execution_timeout = timedelta(seconds=2)
+    dag.get_task("rewrite_files").execution_timeout = timedelta(seconds=2)
 
     run = dag.test()
 
     assert run.state == "failed"
-    assert run.get_task_instance("rewrite_data_files").state == "failed"
+    assert run.get_task_instance("rewrite_files").state == "failed"
     assert run.get_task_instance("open_gate").state == "success"
     assert WriteGateHook().get_state(table).state == "open"
     assert TableStats.read("lake", table) == before
@@ -159,6 +160,6 @@ def test_a_rewrite_refuses_to_start_when_its_run_no_longer_holds_the_gate(untouc
     run = dag.test()
 
     assert run.state == "failed"
-    assert run.get_task_instance("rewrite_data_files").state == "failed"
+    assert run.get_task_instance("rewrite_files").state == "failed"
     assert snapshot_ids(table) == snapshots_before
     assert WriteGateHook().audit_trail(table)[-1]["action"] == "open_noop"

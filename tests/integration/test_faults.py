@@ -57,7 +57,7 @@ def test_a_rewrite_of_five_leases_keeps_the_writer_paused_throughout(bench):
 @pytest.mark.timeout(1800)
 def test_a_rewrite_past_the_pause_ceiling_is_stopped_before_it(bench):
     outcome = run(bench, faults.rewrite_past_max_pause)
-    assert outcome.run_state == "failed" and outcome.checks["task_states"]["rewrite_data_files"] == "failed"
+    assert outcome.run_state == "failed" and outcome.checks["task_states"]["rewrite_files"] == "failed"
     assert outcome.checks["gate_closed_seconds"] < outcome.checks["max_pause_seconds"]
     assert outcome.gate_after == "open"
 
@@ -97,7 +97,7 @@ def test_a_busy_writer_that_ignores_the_gate_times_the_wait_out_and_nothing_is_r
     outcome = run(bench, faults.sensor_times_out_with_a_busy_writer)
     states = outcome.checks["task_states"]
     assert outcome.checks["busy_commits"] >= 2  # it did commit while the gate was closed
-    assert states["wait_until_snapshot_idle"] == "failed" and states["rewrite_data_files"] == "upstream_failed"
+    assert states["wait_until_snapshot_idle"] == "failed" and states["rewrite_files"] == "upstream_failed"
     assert (outcome.run_state, outcome.gate_after) == ("failed", "open")
 
 

@@ -82,7 +82,7 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
             output: list[str] = []
             hook = spark_job_hook(
                 config,
-                ["--procedure", "rewrite_data_files", "--options", json.dumps({"rewrite-all": "true"})],
+                ["--calls", json.dumps([{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}])],
                 name=f"ungated-rewrite-{table}",
                 gated=False,
                 on_line=output.append,

@@ -125,7 +125,7 @@ def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_ow
     log = run([installed / "airflow", "dags", "test", compaction_dag_id(table)], **outside)
 
     job = installed.parent / "lib" / "python3.11" / "site-packages" / "airflow_iceberg" / "spark_jobs"
-    assert f"{job / 'run_procedure.py'} --table {table} --procedure rewrite_data_files" in log
+    assert f"{job / 'run_procedure.py'} --table {table} --calls" in log
     for source in ("spark_jobs", "airflow_iceberg", "devkit"):  # nothing ran from the repository's sources
         assert f"{ROOT / source}/" not in log
     after = TableStats.read("lake", table)

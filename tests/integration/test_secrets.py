@@ -42,5 +42,5 @@ def test_catalog_password_reaches_spark_but_no_log_xcom_or_rendered_field(
         rendered = session.scalars(
             select(RenderedTaskInstanceFields).where(RenderedTaskInstanceFields.run_id == run.run_id)
         ).all()
-        assert {r.task_id for r in rendered} >= {"rewrite_data_files", "rewrite_position_delete_files"}
+        assert {r.task_id for r in rendered} >= {"rewrite_files"}
         assert all(PASSWORD not in json.dumps(r.rendered_fields, default=str) for r in rendered)

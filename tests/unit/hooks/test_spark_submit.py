@@ -48,11 +48,23 @@ def test_the_result_line_is_kept_even_with_spark_progress_text_after_it(spark_su
     assert seen[0] == "Running: CALL ..." and seen[-1] == "bye" and len(seen) == 3
 
 
+def test_each_procedures_result_line_is_kept_by_its_name(spark_submit):
+    deletes = {"rewritten_delete_files_count": 4, "added_delete_files_count": 0}
+    spark_submit([
+        format_result_line({"procedure": "rewrite_data_files", **RESULT}),
+        format_result_line({"procedure": "rewrite_position_delete_files", **deletes}),
+    ])  # fmt: skip
+    hook = IcebergSparkSubmitHook(name="t")
+    hook.submit("job.py")
+    assert hook.results == {"rewrite_data_files": RESULT, "rewrite_position_delete_files": deletes}
+    assert list(hook.results) == ["rewrite_data_files", "rewrite_position_delete_files"]
+
+
 def test_no_result_line_leaves_the_result_empty(spark_submit):
     spark_submit(["just logs"])
     hook = IcebergSparkSubmitHook(name="t")
     hook.submit("job.py")
-    assert hook.result is None
+    assert hook.result is None and hook.results == {}
 
 
 def test_a_failed_job_still_fails_the_hook(spark_submit):

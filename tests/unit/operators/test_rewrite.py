@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,24 +16,24 @@ from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
-from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE, InvalidCallError, TableName, format_result_line
+from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE, TableName, format_result_line
 from airflow_iceberg.spark_jobs.write_gate import Lease
 
 
 def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_module():
     op = IcebergRewriteOperator(
-        task_id="rewrite_data_files",
+        task_id="rewrite_files",
         table="lake.demo.events",
-        procedure="rewrite_data_files",
-        options={"min-input-files": 5},
-        where="ts >= '{{ ds }}'",
+        procedures=["rewrite_data_files", "rewrite_position_delete_files"],
+        options={"rewrite_data_files": {"min-input-files": 5}},
+        where={"rewrite_data_files": "ts >= '{{ ds }}'"},
     )
     import airflow_iceberg.spark_jobs
 
     assert SPARK_JOBS_DIR.samefile(airflow_iceberg.spark_jobs.__path__[0])
     assert op.application == str(RUN_PROCEDURE_JOB) and RUN_PROCEDURE_JOB.is_file()
     assert op.py_files == f"{SPARK_JOBS_DIR / 'iceberg_call.py'},{SPARK_JOBS_DIR / 'write_gate.py'}"
-    assert op.name == "iceberg-rewrite_data_files-lake.demo.events"
+    assert op.name == "iceberg-rewrite_data_files,rewrite_position_delete_files-lake.demo.events"
     assert op.table == TableName("lake", "demo", "events")
     assert op.iceberg_conn_id == "lake"  # the catalog's name by default
     assert "where" in op.template_fields
@@ -43,13 +44,16 @@ def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_mo
     ("kwargs", "message"),
     [
         ({"table": "demo.events"}, "'demo.events' is not 'catalog.namespace.table'"),
-        ({"procedure": "drop_table"}, "'drop_table' is not supported"),
-        ({"options": {"rewrite-all": "maybe"}}, "option 'rewrite-all' must be a boolean, got 'maybe'"),
+        ({"procedures": ["drop_table"]}, "'drop_table' is not supported"),
+        ({"options": {"rewrite_data_files": {"rewrite-all": "maybe"}}}, "option 'rewrite-all' must be a boolean"),
+        ({"procedures": "rewrite_data_files"}, "procedures must be a list of distinct procedure names"),
+        ({"procedures": []}, "procedures must be a list of distinct procedure names"),
+        ({"where": {"rewrite_position_delete_files": "id > 1"}}, "where given for rewrite_position_delete_files"),
     ],
 )
 def test_rewrite_operator_refuses_bad_input_at_construction(kwargs, message):
-    arguments = {"table": "lake.demo.events", "procedure": "rewrite_data_files", **kwargs}
-    with pytest.raises(InvalidCallError, match=message):
+    arguments = {"table": "lake.demo.events", "procedures": ["rewrite_data_files"], **kwargs}
+    with pytest.raises(ValueError, match=message):  # InvalidCallError is a ValueError
         IcebergRewriteOperator(task_id="t", **arguments)
 
 
@@ -57,7 +61,7 @@ def test_the_operators_hook_is_the_result_reading_hook_with_every_argument_the_o
     op = IcebergRewriteOperator(
         task_id="t",
         table="lake.demo.events",
-        procedure="rewrite_data_files",
+        procedures=["rewrite_data_files"],
         conf={"spark.sql.shuffle.partitions": "4"},
         driver_memory="3G",
         name="compaction-of-events",
@@ -75,7 +79,7 @@ def spark_submit_command(monkeypatch, connection: dict, spark: dict) -> list[str
     config = TableConfig.model_validate(
         {"table": "dl_test.ods.order_base_stream_v2", "spark_conn_id": "spark_cluster", "spark": spark}
     )
-    task = build_compaction_dag(config).get_task("rewrite_data_files")
+    task = build_compaction_dag(config).get_task("rewrite_files")
     return task._get_hook()._build_spark_submit_command(str(task.application))
 
 
@@ -141,8 +145,8 @@ def test_kubernetes_submission_comes_from_the_connection_too(monkeypatch):
 
 def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
     return IcebergRewriteOperator(
-        task_id="rewrite_data_files", table="lake.demo.events", procedure="rewrite_data_files", where=where,
-        apply_run_params=True,
+        task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"],
+        where={"rewrite_data_files": where} if where else None, apply_run_params=True,
     )  # fmt: skip
 
 
@@ -150,13 +154,13 @@ def test_a_runs_own_where_replaces_the_tables_template_unrendered():
     op = gated_rewrite("ts >= '{{ ds }}'")  # would fail to render in a run without a logical date
     own = "note = '{{ conn.lake.password }}'"  # the run's text is data, never a template
     op.render_template_fields({"params": {"where": own}})
-    assert op.where == own
+    assert op.where == {"rewrite_data_files": own}
 
 
 def test_without_a_runs_where_the_tables_template_is_rendered():
     op = gated_rewrite("ts >= '{{ ds }}'")
     op.render_template_fields({"params": {"where": None}, "ds": "2026-11-20"})
-    assert op.where == "ts >= '2026-11-20'"
+    assert op.where == {"rewrite_data_files": "ts >= '2026-11-20'"}
 
 
 def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypatch):
@@ -225,9 +229,10 @@ class StandingLease:
         return Lease(seconds_left=300, at_pause_deadline=False)
 
 
-def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict) -> tuple[list[str], dict, int, Path]:
+def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any) -> tuple[list[str], dict, int, Path]:
     """Run the gated rewrite task's execute with these connections, up to spark-submit, which is not started.
 
+    ``rewrite`` overrides the operator's arguments (one ``rewrite_data_files`` on the whole table by default).
     Returns the command it would run, the secrets file's contents and mode at that moment, and the file.
     """
     from airflow_iceberg.hooks.write_gate import GateState, WriteGateHook
@@ -251,8 +256,8 @@ def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict) -> tuple[list[s
 
     monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
     op = IcebergRewriteOperator(
-        task_id="rewrite_data_files", table="lake.demo.events", procedure="rewrite_data_files",
-        write_gate_conn_id="write_gate_default",
+        **{"task_id": "rewrite_files", "table": "lake.demo.events", "procedures": ["rewrite_data_files"],
+           "write_gate_conn_id": "write_gate_default", **rewrite},
         durable=False,  # YARN cluster mode resumes only through the ResourceManager's REST API, not set up here
     )  # fmt: skip
 
@@ -307,7 +312,7 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite(tmp_pat
 
     result = {"rewritten_data_files_count": 4, "added_data_files_count": 1, "failed_data_files_count": 29}
     spark_submit = tmp_path / "spark-submit"
-    spark_submit.write_text(f"#!/bin/sh\necho '{format_result_line(result)}'\n")
+    spark_submit.write_text(f"#!/bin/sh\necho '{format_result_line({'procedure': 'rewrite_data_files', **result})}'\n")
     spark_submit.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
@@ -318,3 +323,17 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite(tmp_pat
     with pytest.raises(AirflowException, match="could not rewrite 29 data files") as raised:
         op.execute({"outlet_events": {}})
     assert "file groups that did succeed were committed" in str(raised.value)
+
+
+def test_both_rewrites_go_to_one_spark_submit_in_order_each_with_its_own_predicate(monkeypatch, tmp_path):
+    both = ["rewrite_data_files", "rewrite_position_delete_files"]
+    command, *_ = submitted(
+        monkeypatch, tmp_path, DEPLOY_MODES["local"][0], SECRET_CATALOGS["jdbc-password"][0], procedures=both,
+        options={"rewrite_data_files": {"min-input-files": 5}, "rewrite_position_delete_files": {"rewrite-all": True}},
+        where={"rewrite_data_files": "dt >= '20240620'"},
+    )  # fmt: skip
+    assert [c["procedure"] for c in json.loads(flag(command, "--calls"))] == both
+    data, deletes = json.loads(flag(command, "--calls"))
+    assert (data["options"], data["where"]) == ({"min-input-files": 5}, "dt >= '20240620'")
+    assert (deletes["options"], deletes["where"]) == ({"rewrite-all": True}, None)
+    assert command.count(str(RUN_PROCEDURE_JOB)) == 1

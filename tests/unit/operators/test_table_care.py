@@ -18,7 +18,7 @@ def test_orphan_removal_refuses_an_older_than_inside_the_longest_pause_plus_marg
     with pytest.raises(ValueError, match=r"older_than_hours=2 is too short: .* Iceberg's own 24 hours"):
         RemoveOrphanFilesOperator(task_id="r", table=table, older_than_hours=2, max_pause_seconds=600)
     ok = RemoveOrphanFilesOperator(task_id="r", table=table, older_than_hours=26, max_pause_seconds=90000)
-    assert ok.procedure == "remove_orphan_files"
+    assert ok.procedures == ["remove_orphan_files"]
 
 
 def test_expire_snapshots_takes_its_settings_explicitly():
@@ -31,8 +31,8 @@ def test_expire_snapshots_takes_its_settings_explicitly():
         retain_last=7,
         checkpoint_marker=FLINK_CHECKPOINT_MARKER,
     )
-    assert (op.procedure, op.older_than_hours, op.retain_last) == ("expire_snapshots", 12, 7)
-    assert op.arguments == {"retain_last": 7}
+    assert (op.procedures, op.older_than_hours, op.retain_last) == (["expire_snapshots"], 12, 7)
+    assert op.arguments == {"expire_snapshots": {"retain_last": 7}}
     with pytest.raises(ValueError, match="older_than_hours must not be negative, got -1"):
         ExpireSnapshotsOperator(
             task_id="e", table="lake.demo.events", older_than_hours=-1, retain_last=1,

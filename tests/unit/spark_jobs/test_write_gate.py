@@ -350,3 +350,20 @@ def test_no_work_starts_on_a_lease_that_is_gone_or_nearly_gone():
         keeper(FakeLease(LeaseLostError("no longer held")), FakeClock(), []).start()
     with pytest.raises(LeaseLostError, match="has 4.0 s of lease left"):
         keeper(FakeLease(4), FakeClock(), []).start()
+
+
+def test_work_after_the_first_starts_on_a_renewed_lease_or_on_the_last_one_while_it_has_time_left():
+    away = pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
+    lease, clock, lost = FakeLease(60, away), FakeClock(), []
+    keep = keeper(lease, clock, lost)
+    keep.renew_now()  # 60 s left
+    clock.sleep(45)
+    keep.renew_before_work()  # MySQL away, 15 s left: more than the 10 s margin
+    clock.sleep(6)
+    with pytest.raises(LeaseLostError, match="ends in under 10 s and could not be renewed"):
+        keep.renew_before_work()
+    forced = keeper(FakeLease(60, LeaseLostError("forced open")), FakeClock(), [])
+    forced.renew_now()
+    forced._run()  # the next renewal finds the gate forced open
+    with pytest.raises(LeaseLostError, match="forced open"):
+        forced.renew_before_work()
