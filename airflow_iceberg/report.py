@@ -174,43 +174,54 @@ def history(runs: list[dict[str, Any]]) -> dict[str, list[Any]]:
 
 def chart_names(table: str) -> dict[str, str]:
     """The PNG file of each chart of ``table``."""
-    return {chart: f"{table}.{chart}.png" for chart in ("files", "file_size", "paused")}
+    return {chart: f"{table}.{chart}.png" for chart in CHARTS}
 
 
-def _charts(summary: TableSummary, directory: Path) -> dict[str, str]:
+#: Each chart of a table's history, by name.
+CHARTS = ("files", "file_size", "paused")
+
+
+def chart_png(summary: TableSummary, chart: str) -> bytes:
+    """One chart of ``summary``'s history (one of :data:`CHARTS`), drawn by matplotlib, as PNG."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    names = chart_names(summary.table)
+    if chart not in CHARTS:
+        raise ValueError(f"no chart {chart!r}: the charts are {', '.join(CHARTS)}")
     points = history(summary.runs)
-
     figure, axes = plt.subplots(figsize=(7, 3))
-    axes.plot(points["at"], points["data_files"], marker="o", label="data files")
-    axes.plot(points["at"], points["delete_files"], marker="s", label="delete files")
-    axes.set_title(f"{summary.table}: files")
-    axes.legend()
-    figure.autofmt_xdate()
-    figure.savefig(directory / names["files"], dpi=100, bbox_inches="tight")
+    if chart == "files":
+        axes.plot(points["at"], points["data_files"], marker="o", label="data files")
+        axes.plot(points["at"], points["delete_files"], marker="s", label="delete files")
+        axes.set_title(f"{summary.table}: files")
+        axes.legend()
+        figure.autofmt_xdate()
+    elif chart == "file_size":
+        axes.plot(points["at"], points["average_mb"], marker="o", color="tab:green")
+        axes.set_title(f"{summary.table}: average data file size")
+        axes.set_ylabel("MB")
+        figure.autofmt_xdate()
+    else:
+        paused = [r for r in summary.runs if r["gate_closed_seconds"] is not None]
+        axes.bar([str(i + 1) for i in range(len(paused))], [r["gate_closed_seconds"] for r in paused],
+                 color="tab:red")  # fmt: skip
+        axes.set_title(f"{summary.table}: seconds writers were paused, per run")
+        axes.set_xlabel("run (oldest first)")
+        axes.set_ylabel("s")
+    png = io.BytesIO()
+    figure.savefig(png, format="png", dpi=100, bbox_inches="tight")
     plt.close(figure)
+    return png.getvalue()
 
-    figure, axes = plt.subplots(figsize=(7, 3))
-    axes.plot(points["at"], points["average_mb"], marker="o", color="tab:green")
-    axes.set_title(f"{summary.table}: average data file size")
-    axes.set_ylabel("MB")
-    figure.autofmt_xdate()
-    figure.savefig(directory / names["file_size"], dpi=100, bbox_inches="tight")
-    plt.close(figure)
 
-    paused = [r for r in summary.runs if r["gate_closed_seconds"] is not None]
-    figure, axes = plt.subplots(figsize=(7, 3))
-    axes.bar([str(i + 1) for i in range(len(paused))], [r["gate_closed_seconds"] for r in paused], color="tab:red")
-    axes.set_title(f"{summary.table}: seconds writers were paused, per run")
-    axes.set_xlabel("run (oldest first)")
-    axes.set_ylabel("s")
-    figure.savefig(directory / names["paused"], dpi=100, bbox_inches="tight")
-    plt.close(figure)
+def _charts(summary: TableSummary, directory: Path) -> dict[str, str]:
+    names = chart_names(summary.table)
+    for chart, name in names.items():
+        (directory / name).write_bytes(chart_png(summary, chart))
     return names
 
 

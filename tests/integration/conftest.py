@@ -268,6 +268,33 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: No
         shutil.rmtree(home / "logs", ignore_errors=True)
 
 
+#: Where the tests that open a browser save their screenshots.
+BUILD = ROOT / "build"
+
+
+@pytest.fixture
+def browser():
+    """Debian's Chromium, headless, driven through Debian's chromedriver."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
+                     "--disable-background-networking", "--disable-component-update", "--no-first-run"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
+    yield driver
+    driver.quit()
+
+
+def login(browser: Any, live_airflow: Any, user: str) -> None:
+    """Sign ``browser`` in to the live Airflow as ``user``, as its login page does: the session cookie."""
+    browser.get(f"{live_airflow.url}/api/v2/monitor/health")  # the cookie's domain first
+    browser.delete_all_cookies()
+    browser.add_cookie({"name": "_token", "value": live_airflow.token(user), "path": "/"})
+
+
 CATALOG_USER = "airflow_iceberg_test_catalog_user"
 CATALOG_USER_PASSWORD = "Kq7-catalog-secret-91x"
 

@@ -7,36 +7,18 @@ hidden, but Airflow 3.3's UI draws its "Extra Fields JSON" section (collapsed) f
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_iceberg.get_provider_info import WRITE_GATE_FORM
-
-BUILD = Path(__file__).resolve().parents[2] / "build"
-
-
-@pytest.fixture
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
-    yield driver
-    driver.quit()
+from tests.integration.conftest import BUILD, login
 
 
 def test_the_write_gate_form_shows_database_and_placeholders(browser, live_airflow):
     wait = WebDriverWait(browser, 120)
-    browser.get(f"{live_airflow.url}/api/v2/monitor/health")  # the cookie's domain first
-    browser.add_cookie({"name": "_token", "value": live_airflow.token("admin"), "path": "/"})
+    login(browser, live_airflow, "admin")
     browser.get(f"{live_airflow.url}/connections")
     add = wait.until(expected_conditions.element_to_be_clickable((By.XPATH, "//button[contains(., 'Add Connection')]")))
     add.click()

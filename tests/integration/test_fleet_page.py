@@ -1,0 +1,155 @@
+"""The "Iceberg tables" page, in a real browser (Debian's headless Chromium) against the live Airflow's api-server.
+
+After two compaction runs and one skipped run of a table, triggered through the REST API as a user would, the
+page lists the table with its gate, health and last compaction, and the table's page shows the runs and the
+charts. A gate a test closed is forced open from the page, with a reason that lands in the audit trail; a viewer
+(who may not edit the DAG) is offered no force-open, and the endpoint refuses them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from airflow_iceberg.config import TableConfig
+from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.hooks.write_gate import GateOwner
+from airflow_iceberg.plugins.fleet import PAGE_SIZE, URL_PREFIX
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.writers import write_small_files
+from tests.integration.conftest import BUILD, login, suite_defaults
+
+HOLDER = GateOwner("someone_elses_dag", "manual__held_by_the_test")
+
+
+def trigger_and_wait(live_airflow, dag_id: str, conf: dict) -> dict:
+    response = live_airflow.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+    assert response.status_code == 200, response.text
+    return live_airflow.wait_for_run(dag_id, response.json()["dag_run_id"], timeout=900)
+
+
+@pytest.fixture(scope="module")
+def compacted_table(live_airflow) -> TableName:
+    """A table of small files, compacted twice (once by its health, once forced) and then skipped as healthy."""
+    table = TableName.parse("lake.ui.events")
+    config = TableConfig.model_validate({**suite_defaults(), "table": str(table)})
+    write_small_files(config, "--days", "2", "--commits", "3", "--files-per-commit", "4", "--delete-commits", "0")
+    live_airflow.add_tables({"table": str(table), "full_rewrite": {"schedule": None}})
+    dag_id = compaction_dag_id(table)
+    runs = [trigger_and_wait(live_airflow, dag_id, conf) for conf in ({}, {"force": True}, {})]
+    assert [run["state"] for run in runs] == ["success"] * 3, runs
+    return table
+
+
+def page(browser, url: str, ready: str):
+    browser.get(url)
+    return WebDriverWait(browser, 120).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ready)))
+
+
+def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open(
+    browser, live_airflow, compacted_table, gate_hook
+):
+    table = str(compacted_table)
+    records = gate_hook.run_records(table)
+    assert [(r["decision"], r["outcome"]) for r in records] == [
+        ("compact", "success"),
+        ("force", "success"),
+        ("skip", "skipped"),
+    ]
+    gate_hook.close_gate(table, HOLDER, lease_seconds=600)  # a run that died with the gate closed
+    login(browser, live_airflow, "admin")
+
+    row = page(browser, f"{live_airflow.url}{URL_PREFIX}/?q={table}", f"tr[data-table='{table}']")
+    assert row.get_attribute("data-gate") == "closed"
+    cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[1].startswith(f"closed by dag {HOLDER.dag_id} run {HOLDER.run_id}, lease ")
+    compacted = records[1]
+    assert cells[3].startswith(compacted["started_at"].strftime("%Y-%m-%d %H:%M:%S UTC"))
+    assert f"data files {compacted['data_files_before']} -> {compacted['data_files_after']}" in cells[3]
+    assert "data files" in cells[2] and "delete files" in cells[2]
+    BUILD.mkdir(exist_ok=True)
+    browser.save_screenshot(str(BUILD / "iceberg-tables-list.png"))
+
+    row.find_element(By.LINK_TEXT, table).click()
+    form = WebDriverWait(browser, 120).until(expected_conditions.presence_of_element_located((By.ID, "force-open")))
+    shown = browser.find_elements(By.CSS_SELECTOR, "#runs tr[data-run-id]")
+    assert [r.get_attribute("data-run-id") for r in shown] == [r["run_id"] for r in reversed(records)]
+    assert [r.get_attribute("data-outcome") for r in shown] == ["skipped", "success", "success"]
+    charts = browser.find_elements(By.CSS_SELECTOR, "img")
+    assert len(charts) == 3
+    for chart in charts:  # each chart is a real image the browser decoded
+        assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", chart) > 100
+    holder_link = browser.find_element(By.CSS_SELECTOR, "#gate a").get_attribute("href")
+    assert holder_link.endswith(f"/dags/{HOLDER.dag_id}/runs/{HOLDER.run_id}")
+    browser.save_screenshot(str(BUILD / "iceberg-table-page.png"))
+
+    reason = "run died at 03:10; releasing ingest"
+    form.find_element(By.NAME, "reason").send_keys(reason)
+    form.find_element(By.TAG_NAME, "button").click()
+    WebDriverWait(browser, 120).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#gate[data-gate='open']"))
+    )
+    assert not browser.find_elements(By.ID, "force-open")  # nothing left to force open
+    forced = gate_hook.audit_trail(table)[-1]
+    assert forced["action"] == "force_open" and forced["owner_run_id"] == HOLDER.run_id
+    assert forced["detail"] == f"{reason} (by admin, in the Airflow UI)"
+    assert not gate_hook.get_state(table).pauses_writers
+    assert browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action='force_open']").text.endswith(forced["detail"])
+
+
+def test_the_page_is_in_the_airflow_ui_behind_its_login(browser, live_airflow, compacted_table):
+    listed = live_airflow.api("GET", "plugins").json()["plugins"]
+    [plugin] = [p for p in listed if p["name"] == "iceberg_tables"]
+    [view] = plugin["external_views"]
+    assert (view["name"], view["href"], view["destination"]) == ("Iceberg tables", f"{URL_PREFIX}/", "nav")
+    assert requests.get(f"{live_airflow.url}{URL_PREFIX}/", timeout=60).status_code == 401  # no session
+
+    login(browser, live_airflow, "admin")
+    frame = page(browser, f"{live_airflow.url}/plugin/{view['url_route']}", "iframe")
+    assert frame.get_attribute("src").endswith(f"{URL_PREFIX}/")
+    browser.switch_to.frame(frame)
+    wait = WebDriverWait(browser, 120)
+    rows = wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "tr[data-table]")))
+    assert len(rows) == PAGE_SIZE  # a fleet of 200 tables and more, a page at a time
+    search = browser.find_element(By.NAME, "q")
+    search.send_keys(str(compacted_table))
+    search.submit()
+    wait.until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, f"tr[data-table='{compacted_table}']"))
+    )
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(BUILD / "iceberg-tables-in-the-airflow-ui.png"))
+
+
+def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
+    browser, live_airflow, compacted_table, gate_hook
+):
+    table = str(compacted_table)
+    gate_hook.close_gate(table, HOLDER, lease_seconds=600)
+    try:
+        login(browser, live_airflow, "viewer")
+        page(browser, f"{live_airflow.url}{URL_PREFIX}/tables/{table}", "#gate[data-gate='closed']")
+        assert not browser.find_elements(By.ID, "force-open")
+
+        endpoint = f"{live_airflow.url}{URL_PREFIX}/tables/{table}/force-open"
+        as_viewer = {"Authorization": f"Bearer {live_airflow.token('viewer')}"}
+        refused = requests.post(endpoint, data={"reason": "not mine to open"}, headers=as_viewer, timeout=60)
+        assert refused.status_code == 403, refused.text
+        anonymous = requests.post(endpoint, data={"reason": "nobody"}, timeout=60, allow_redirects=False)
+        assert anonymous.status_code == 401, anonymous.text
+        assert gate_hook.get_state(table).owner == HOLDER  # still closed, by the same run
+        assert [r["action"] for r in gate_hook.audit_trail(table)][-1] == "close"
+    finally:
+        gate_hook.force_open(table, "test done")
+
+
+def test_what_the_page_serves_needs_a_session_too(live_airflow, compacted_table):
+    for path in (f"/tables/{compacted_table}", f"/tables/{compacted_table}/charts/files.png"):
+        assert requests.get(f"{live_airflow.url}{URL_PREFIX}{path}", timeout=60).status_code == 401, path
+    as_admin = {"Authorization": f"Bearer {live_airflow.token('admin')}"}
+    png = requests.get(f"{live_airflow.url}{URL_PREFIX}/tables/{compacted_table}/charts/paused.png", headers=as_admin,
+                       timeout=120)  # fmt: skip
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG\r\n\x1a\n")
