@@ -163,15 +163,10 @@ def test_without_a_runs_where_the_tables_template_is_rendered():
     assert op.where == {"rewrite_data_files": "ts >= '2026-11-20'"}
 
 
-def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypatch):
-    from airflow.sdk.exceptions import AirflowFailException
-
+def rewrite_with_spark_submit(tmp_path: Path, monkeypatch, script: str) -> IcebergRewriteOperator:
+    """An ungated rewrite whose spark-submit is a shell script (its output, then its exit status)."""
     spark_submit = tmp_path / "spark-submit"
-    spark_submit.write_text(
-        "#!/bin/sh\necho 'py4j.protocol.Py4JJavaError: An error occurred while calling o42.sql.'\n"
-        "echo ': org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete for "
-        "replaced data file'\nexit 1\n"
-    )
+    spark_submit.write_text(f"#!/bin/sh\n{script}")
     spark_submit.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
@@ -179,6 +174,18 @@ def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypat
                        "uri": "mysql+pymysql://u@127.0.0.1:1/unused", "warehouse": "file:///tmp/unused"}}))  # fmt: skip
     op = gated_rewrite(None)
     op.apply_run_params = False
+    return op
+
+
+def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = rewrite_with_spark_submit(
+        tmp_path, monkeypatch,
+        "echo 'py4j.protocol.Py4JJavaError: An error occurred while calling o42.sql.'\n"
+        "echo ': org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete for "
+        "replaced data file'\nexit 1\n",
+    )  # fmt: skip
     with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict") as raised:
         op.execute({"outlet_events": {}})
     assert "Cannot commit, found new position delete" in str(raised.value)
@@ -311,15 +318,8 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite(tmp_pat
     from airflow.sdk.exceptions import AirflowException
 
     result = {"rewritten_data_files_count": 4, "added_data_files_count": 1, "failed_data_files_count": 29}
-    spark_submit = tmp_path / "spark-submit"
-    spark_submit.write_text(f"#!/bin/sh\necho '{format_result_line({'procedure': 'rewrite_data_files', **result})}'\n")
-    spark_submit.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", "extra": {"type": "sql",
-                       "uri": "mysql+pymysql://u@127.0.0.1:1/unused", "warehouse": "file:///tmp/unused"}}))  # fmt: skip
-    op = gated_rewrite(None)
-    op.apply_run_params = False
+    line = format_result_line({"procedure": "rewrite_data_files", **result})
+    op = rewrite_with_spark_submit(tmp_path, monkeypatch, f"echo '{line}'\n")
     with pytest.raises(AirflowException, match="could not rewrite 29 data files") as raised:
         op.execute({"outlet_events": {}})
     assert "file groups that did succeed were committed" in str(raised.value)
