@@ -131,8 +131,18 @@ def build_app() -> Any:
             raise HTTPException(status_code=404, detail=f"no table {table!r} in the table list that you may read")
         return config
 
-    def gate_text(summary: report.TableSummary) -> str:
-        return report.gate_line(summary.gate) if summary.gate else "-"
+    def holder(summary: report.TableSummary) -> Any:
+        """The run that holds the gate, or None when the gate does not pause writers."""
+        gate = summary.gate
+        return gate.owner if gate is not None and gate.pauses_writers else None
+
+    def gate_html(summary: report.TableSummary) -> Markup:
+        """The gate as the report says it, and a link to the run that holds it, if one does."""
+        text = escape(report.gate_line(summary.gate) if summary.gate else "-")
+        owner = holder(summary)
+        if owner is None:
+            return text
+        return text + Markup(' (<a href="{}">the run that holds it</a>)').format(run_url(owner.dag_id, owner.run_id))
 
     def gate_state(summary: report.TableSummary) -> str:
         return "-" if summary.gate is None else ("closed" if summary.gate.pauses_writers else "open")
@@ -148,7 +158,7 @@ def build_app() -> Any:
                 "table": s.table,
                 "url": str(request.url_for("table", table=s.table)),
                 "gate_state": gate_state(s),
-                "gate": gate_text(s),
+                "gate": gate_html(s),
                 "health": report.health_line(s.health) if s.health else "; ".join(s.errors) or "-",
                 "last": report.run_line(s.last_compaction) if s.last_compaction else "none recorded",
             }
@@ -177,18 +187,13 @@ def build_app() -> Any:
             }
             for r in reversed(summary.runs)
         ]
-        owner = gate.owner if gate is not None and gate.pauses_writers else None
-        holder = (
-            Markup(' (<a href="{}">the run that holds it</a>)').format(run_url(owner.dag_id, owner.run_id))
-            if owner is not None
-            else ""
-        )
+        owner = holder(summary)
         return table_page.render(
             style=Markup(_STYLE),
             list_url=str(request.url_for("tables")),
             table=summary.table,
             gate_state=gate_state(summary),
-            gate=escape(gate_text(summary)) + holder,
+            gate=gate_html(summary),
             writers=gate.writers if gate is not None else (),
             may_force_open=owner is not None and _may(user, "PUT", compaction_dag_id(config.table)),
             force_open_url=str(request.url_for("force_open", table=summary.table)),

@@ -103,6 +103,7 @@ def test_the_list_shows_each_tables_gate_health_and_last_compaction(client):
     page = http.get("/iceberg/").text
     assert f'<tr data-table="{TABLE}" data-gate="closed">' in page
     assert f"closed by dag {HELD_BY.dag_id} run {HELD_BY.run_id}, lease 300 s left" in page
+    assert f'href="/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}"' in page  # the run that holds it, in Airflow
     assert "2 data files (0 small), 0 delete files, average 0.02 MB" in page
     assert "compact  success  data files 24 -&gt; 2  delete files 3 -&gt; 0  paused 21.5 s" in page
 
