@@ -232,7 +232,9 @@ class TableConfig(BaseModel):
     poke_interval: float = Field(
         default=10, gt=0, description="Seconds between looks: for an idle writer, and at a gate another run holds"
     )
-    gate_wait_seconds: int = Field(default=900, ge=0, description="How long close_gate waits for a held gate")
+    gate_wait_seconds: int = Field(
+        default=900, ge=0, description="How long close_gate waits for a held gate or a Spark slot"
+    )
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
     where: str | dict[str, str | None] | None = Field(
         default=None,
@@ -249,8 +251,9 @@ class TableConfig(BaseModel):
     spark_pool_slots: int | None = Field(
         default=None,
         gt=0,
-        description="Rewrites at once on this table's Spark connection, across the fleet: an Airflow pool per "
-        "connection (create it with `airflow-iceberg pools`); unset, the rewrites use Airflow's default pool",
+        description="Tables paused and rewritten at once on this table's Spark connection, across the fleet: "
+        "close_gate waits for a slot, worst health first, before it pauses writers, and the Spark tasks take an "
+        "Airflow pool per connection (create it with `airflow-iceberg pools`); unset, no limit",
     )
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
     table_care: TableCareConfig = Field(default_factory=TableCareConfig)

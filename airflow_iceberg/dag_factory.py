@@ -149,6 +149,9 @@ def _gated_rewrites(
         gate_wait_seconds=config.gate_wait_seconds,
         poke_interval=config.poke_interval,
         write_gate_conn_id=gate_conn,
+        spark_conn_id=config.spark_conn_id,
+        spark_slots=config.spark_pool_slots,
+        plan_task_id=plan.task_id,
         doc_md=docs.close_gate(config),
         **RETRIES["gate"],
     )

@@ -74,11 +74,18 @@ def record_run(config: TableConfig) -> str:
 
 
 def close_gate(config: TableConfig) -> str:
+    slots = (
+        f" It closes only when this run gets one of the {config.spark_pool_slots} Spark slots of "
+        f"`{config.spark_conn_id}`; runs of the tables in the worst health get the free slots first, and the "
+        "gate stays open while the run waits."
+        if config.spark_pool_slots
+        else ""
+    )
     return (
         f"Closes the write gate of `{config.table}` for this run, with a lease of {config.lease_seconds} s that "
         f"the tasks after it renew while they work, for at most {config.max_pause_seconds} s in all. If "
         f"another run holds it (the other DAG of this table, or a backfill run), waits up to "
-        f"{config.gate_wait_seconds} s for it.\n\n{_WRITERS}\n\n"
+        f"{config.gate_wait_seconds} s for it.{slots}\n\n{_WRITERS}\n\n"
         "**If it fails** on a connection error, it retries with back-off. A gate another run still holds fails it "
         "at once, having changed nothing; look at that run."
     )

@@ -80,6 +80,36 @@ _RUN_INSERT = f"""INSERT INTO {RUN_TABLE} ({", ".join(RUN_COLUMNS)}, finished_at
 _RUN_SELECT = f"""SELECT id, {", ".join(RUN_COLUMNS)}, started_at, finished_at FROM {RUN_TABLE}
     WHERE table_name = %s ORDER BY id"""
 
+# Spark slots (tables with spark_pool_slots): at most N tables of one Spark connection have their gate closed at
+# once. A run asks from close_gate, before it pauses anyone; the Spark connection's row lock orders the askers.
+SLOT_CONN_TABLE = "iceberg_spark_conn"
+SLOT_QUEUE_TABLE = "iceberg_spark_queue"
+_SLOT_LOCK = [
+    f"INSERT INTO {SLOT_CONN_TABLE} (spark_conn_id) VALUES (%s) ON DUPLICATE KEY UPDATE spark_conn_id = spark_conn_id",
+    f"SELECT spark_conn_id FROM {SLOT_CONN_TABLE} WHERE spark_conn_id = %s FOR UPDATE",
+]
+# Every queue row of a connection, with whether its run still holds its table's gate and the database clock.
+_SLOT_QUEUE = f"""SELECT q.table_name, q.owner_dag_id, q.owner_run_id, q.score, q.queued_at, q.expires_at,
+        q.admitted_at, NOW(6) AS database_now,
+        (g.state = 'closed' AND g.lease_expires_at > NOW(6) AND g.owner_dag_id = q.owner_dag_id
+         AND g.owner_run_id = q.owner_run_id) AS holds_gate
+    FROM {SLOT_QUEUE_TABLE} q LEFT JOIN {GATE_TABLE} g ON g.table_name = q.table_name
+    WHERE q.spark_conn_id = %s"""
+# A run's place: kept while the same run asks again (its retries too), taken anew by another run.
+_SLOT_ASK = f"""INSERT INTO {SLOT_QUEUE_TABLE}
+        (table_name, spark_conn_id, owner_dag_id, owner_run_id, score, queued_at, expires_at, admitted_at)
+    VALUES (%(table)s, %(conn)s, %(dag_id)s, %(run_id)s, %(score)s, NOW(6), NOW(6) + INTERVAL %(patience)s SECOND,
+        NULL)
+    ON DUPLICATE KEY UPDATE
+        queued_at = IF(owner_dag_id = VALUES(owner_dag_id) AND owner_run_id = VALUES(owner_run_id), queued_at,
+                       VALUES(queued_at)),
+        admitted_at = IF(owner_dag_id = VALUES(owner_dag_id) AND owner_run_id = VALUES(owner_run_id), admitted_at,
+                         NULL),
+        spark_conn_id = VALUES(spark_conn_id), owner_dag_id = VALUES(owner_dag_id),
+        owner_run_id = VALUES(owner_run_id), score = VALUES(score), expires_at = VALUES(expires_at)"""
+_SLOT_ADMIT = f"UPDATE {SLOT_QUEUE_TABLE} SET admitted_at = NOW(6) WHERE table_name = %s AND admitted_at IS NULL"
+_SLOT_DROP = f"DELETE FROM {SLOT_QUEUE_TABLE} WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s"
+
 # MySQL errors that mean the tables are missing or lack a column: the schema was not migrated.
 _SCHEMA_ERRORS = {1146, 1054}
 
@@ -90,6 +120,10 @@ class WriteGateHeldError(RuntimeError):
 
 class WriteGateNotHeldError(RuntimeError):
     """The run no longer holds the gate it closed (its lease ended, or someone opened it): stop, don't rewrite."""
+
+
+class SparkSlotsBusyError(RuntimeError):
+    """Every Spark slot of the table's connection is taken, or tables in worse health wait for the free ones."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +260,69 @@ def decide_open(before: GateState, owner: GateOwner) -> GateChange:
     return GateChange(False, "open_noop", f"the gate is held by {before.owner}, not by {owner}")
 
 
+@dataclass(frozen=True)
+class SlotRequest:
+    """A run's request for one of ``slots`` Spark slots of ``spark_conn_id``, with its table's health ``score``.
+
+    :param patience: Seconds the request keeps its place without being asked again; a run that stops asking
+        (it failed, or was killed) frees its place after this.
+    """
+
+    spark_conn_id: str
+    slots: int
+    score: int
+    patience: int
+
+
+@dataclass(frozen=True)
+class SlotQueueEntry:
+    """A table in a Spark connection's queue: a run waiting for a slot, or holding one while it holds its gate."""
+
+    table: str
+    owner: GateOwner
+    score: int
+    queued_at: datetime
+    waiting: bool  # asking, and its patience has not run out
+    holding: bool  # admitted, and its run still holds the table's gate
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SlotQueueEntry:
+        return cls(
+            table=row["table_name"],
+            owner=GateOwner(row["owner_dag_id"], row["owner_run_id"]),
+            score=int(row["score"]),
+            queued_at=_utc(row["queued_at"]),  # type: ignore[arg-type]
+            waiting=row["admitted_at"] is None and row["expires_at"] > row["database_now"],
+            holding=row["admitted_at"] is not None and bool(row["holds_gate"]),
+        )
+
+
+def slot_order(entry: SlotQueueEntry) -> tuple[int, datetime, str]:
+    """Worst health first (highest score), then the longest waiting, then by name."""
+    return (-entry.score, entry.queued_at, entry.table)
+
+
+def decide_admission(queue: list[SlotQueueEntry], table: str, owner: GateOwner, slots: int) -> GateChange:
+    """Whether ``owner``'s run of ``table`` may close its gate now, taking one of ``slots`` Spark slots.
+
+    It may if it holds a slot already (a retry), or if, of the slots the holders leave free, one is its turn:
+    the waiters in :func:`slot_order` take the free slots first to last.
+    """
+    holders = [e for e in queue if e.holding]
+    if any(e.table == table and e.owner == owner for e in holders):
+        return GateChange(True, "close", "holds a Spark slot already")
+    free = slots - len(holders)
+    waiters = sorted((e for e in queue if e.waiting), key=slot_order)
+    place = next((i for i, e in enumerate(waiters) if e.table == table and e.owner == owner), None)
+    if place is None:
+        raise ValueError(f"{owner} is not in the queue of its Spark connection for {table}")
+    if place < free:
+        return GateChange(True, "close", f"Spark slot {len(holders) + 1} of {slots}")
+    held = ", ".join(e.table for e in holders) or "none"
+    ahead = ", ".join(f"{e.table} (score {e.score})" for e in waiters[:place]) or "none"
+    return GateChange(False, "slot_wait", f"{len(holders)} of {slots} Spark slots taken ({held}); ahead: {ahead}")
+
+
 def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:
     """``seconds`` if it is a positive integer; a ValueError naming the setting and the value otherwise."""
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
@@ -347,7 +444,12 @@ class WriteGateHook(BaseHook):
         return GateState.from_row(cursor.fetchone())
 
     def close_gate(
-        self, table: TableName | str, owner: GateOwner, lease_seconds: int, max_pause_seconds: int | None = None
+        self,
+        table: TableName | str,
+        owner: GateOwner,
+        lease_seconds: int,
+        max_pause_seconds: int | None = None,
+        slot: SlotRequest | None = None,
     ) -> GateState:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``.
 
@@ -356,16 +458,32 @@ class WriteGateHook(BaseHook):
         writers. Succeeds if the gate is open, its lease has expired, or ``owner`` already holds it (then the
         lease is renewed and the original close time and deadline kept). Raises :class:`WriteGateHeldError`
         otherwise, changing nothing but the audit trail.
+
+        With ``slot``, the gate closes only if the run also gets one of the Spark connection's slots
+        (:func:`decide_admission`); otherwise the run keeps its place in the queue, the gate stays as it was,
+        and :class:`SparkSlotsBusyError` says who holds the slots and who is ahead. The slot is the run's until
+        it opens the gate or its lease ends.
         """
         name = str(TableName.of(table))
         check_lease_seconds(lease_seconds)
         ceiling = max_pause_seconds
         if ceiling is not None and check_lease_seconds(ceiling, "max_pause_seconds") < lease_seconds:
             raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
+        if slot is not None:
+            check_lease_seconds(slot.slots, "spark_pool_slots")
+            check_lease_seconds(slot.patience, "the slot request's patience")
+        waiting = None
         with self._transaction() as cursor:
+            if slot is not None:  # the connection's lock first, then the gate's row: every path locks in that order
+                for statement in _SLOT_LOCK:
+                    cursor.execute(statement, (slot.spark_conn_id,))
             before = self._locked_state(cursor, name)
             change = decide_close(before, owner)
-            if change.allowed:
+            if change.allowed and slot is not None:
+                admission = self._ask_for_slot(cursor, name, owner, slot)
+                if not admission.allowed:
+                    waiting = admission.detail
+            if waiting is None and change.allowed:
                 params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id,
                           "lease_seconds": lease_seconds, "max_pause_seconds": max_pause_seconds,
                           "renew": change.action == "reclose"}  # fmt: skip
@@ -376,7 +494,10 @@ class WriteGateHook(BaseHook):
                 lease = after.lease_expires_at
             else:
                 lease = before.lease_expires_at
-            cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, lease, change.detail))
+            if waiting is None:  # a wait for a slot changes no gate: the queue shows it, not the audit trail
+                cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, lease, change.detail))
+        if waiting is not None:
+            raise SparkSlotsBusyError(f"{name} waits for a Spark slot of {slot.spark_conn_id!r}: {waiting}")
         if not change.allowed:
             raise WriteGateHeldError(f"cannot close the write gate of {name} for {owner}: it is {change.detail}")
         self.log.info("Write gate of %s closed by %s until %s (database time)", name, owner, after.lease_expires_at)
@@ -399,6 +520,42 @@ class WriteGateHook(BaseHook):
         state.require_held_by(owner)
         return state
 
+    @staticmethod
+    def _ask_for_slot(cursor: pymysql.cursors.DictCursor, name: str, owner: GateOwner, slot: SlotRequest) -> GateChange:
+        """Within close_gate's transaction, under the connection's lock: queue ``owner`` (or keep its place), drop
+        the entries of runs that stopped asking or let go of their gate, and take a slot if it is its turn.
+
+        Every run that takes a slot does so under the connection's lock, so none is missed here. The queue is
+        read without locking the gate rows it joins: a holder renewing its lease in the same instant may be
+        read as one whose lease just ended, which only a holder already at its lease's end can be (holders renew
+        a quarter lease early).
+        """
+        cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
+        queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+        mine = next((e for e in queue if e.table == name), None)
+        if mine is not None and mine.owner != owner and mine.waiting:
+            return GateChange(False, "slot_wait", f"another run of the same table, {mine.owner}, asked first")
+        for entry in queue:
+            if not (entry.waiting or entry.holding) and entry.table != name:
+                cursor.execute(_SLOT_DROP, (entry.table, entry.owner.dag_id, entry.owner.run_id))
+        params = {"table": name, "conn": slot.spark_conn_id, "dag_id": owner.dag_id, "run_id": owner.run_id,
+                  "score": slot.score, "patience": slot.patience}  # fmt: skip
+        cursor.execute(_SLOT_ASK, params)
+        cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
+        queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+        admission = decide_admission(queue, name, owner, slot.slots)
+        if admission.allowed:
+            cursor.execute(_SLOT_ADMIT, (name,))
+        return admission
+
+    def spark_queue(self, spark_conn_id: str) -> list[SlotQueueEntry]:
+        """The runs holding a Spark slot of ``spark_conn_id`` and those waiting for one, in the order they go."""
+        with self._transaction() as cursor:
+            cursor.execute(_SLOT_QUEUE, (spark_conn_id,))
+            queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+        live = [e for e in queue if e.holding or e.waiting]
+        return sorted(live, key=lambda e: (not e.holding, slot_order(e)))
+
     def open_gate(self, table: TableName | str, owner: GateOwner) -> tuple[bool, GateState]:
         """Open the gate of ``table`` if ``owner`` holds it; return whether it did and the state after.
 
@@ -410,6 +567,7 @@ class WriteGateHook(BaseHook):
             change = decide_open(before, owner)
             if change.allowed:
                 cursor.execute(_OPEN, {"table": name})
+                cursor.execute(_SLOT_DROP, (name, owner.dag_id, owner.run_id))  # its Spark slot, if it took one
             cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, None, change.detail))
             cursor.execute(_SELECT, (name,))
             after = GateState.from_row(cursor.fetchone())

@@ -81,3 +81,20 @@ CREATE TABLE IF NOT EXISTS iceberg_compaction_run (
     UNIQUE KEY iceberg_compaction_run_dag_run (dag_id, run_id),
     KEY iceberg_compaction_run_table_started (table_name, started_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 5: at most N tables of one Spark connection paused at once, the worst first (spark_pool_slots)
+CREATE TABLE IF NOT EXISTS iceberg_spark_conn (
+    spark_conn_id VARCHAR(250) NOT NULL PRIMARY KEY COMMENT 'its row lock serializes who gets a slot'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+CREATE TABLE IF NOT EXISTS iceberg_spark_queue (
+    table_name    VARCHAR(400) NOT NULL PRIMARY KEY COMMENT 'catalog.namespace.table',
+    spark_conn_id VARCHAR(250) NOT NULL,
+    owner_dag_id  VARCHAR(250) NOT NULL COMMENT 'the run asking for a slot, or holding one',
+    owner_run_id  VARCHAR(250) NOT NULL,
+    score         BIGINT       NOT NULL COMMENT 'its plan''s health score: the highest goes first',
+    queued_at     TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'among equal scores, the earliest',
+    expires_at    TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'a waiter that stops asking loses its place',
+    admitted_at   TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'got a slot: holds it while its run holds the gate',
+    KEY iceberg_spark_queue_conn (spark_conn_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHeldError, WriteGateHook, check_lease_seconds
+from airflow_iceberg.hooks.write_gate import (
+    GateOwner,
+    SlotRequest,
+    SparkSlotsBusyError,
+    WriteGateHeldError,
+    WriteGateHook,
+    check_lease_seconds,
+)
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
@@ -36,6 +44,12 @@ class CloseWriteGateOperator(BaseOperator):
         at once. While waiting, the gate is only read, so the audit trail records real attempts only.
     :param poke_interval: Seconds between looks at a held gate.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
+    :param spark_conn_id: With ``spark_slots``, the Spark connection whose slots the run's rewrites take.
+    :param spark_slots: At most this many tables of ``spark_conn_id`` have their gate closed at once. The
+        gate closes only when the run gets a slot, and waiting runs get the free slots worst table first (the
+        health score of ``plan_task_id``'s plan), so writers are never paused while their rewrite waits for
+        the cluster. The wait counts against ``gate_wait_seconds``. None: no limit.
+    :param plan_task_id: The task whose ``plan`` XCom holds the health score; without one the score is 0.
     """
 
     template_fields: Sequence[str] = ()
@@ -50,10 +64,17 @@ class CloseWriteGateOperator(BaseOperator):
         gate_wait_seconds: int,
         poke_interval: float,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
+        spark_conn_id: str | None = None,
+        spark_slots: int | None = None,
+        plan_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_lease_seconds(lease_seconds)
+        if spark_slots is not None:
+            check_lease_seconds(spark_slots, "spark_slots")
+            if not spark_conn_id:
+                raise ValueError(f"spark_slots ({spark_slots}) needs the spark_conn_id whose slots they are")
         if check_lease_seconds(max_pause_seconds, "max_pause_seconds") < lease_seconds:
             raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
         if gate_wait_seconds < 0:
@@ -66,21 +87,40 @@ class CloseWriteGateOperator(BaseOperator):
         self.gate_wait_seconds = gate_wait_seconds
         self.poke_interval = poke_interval
         self.write_gate_conn_id = write_gate_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.spark_slots = spark_slots
+        self.plan_task_id = plan_task_id
+
+    def _slot_request(self, context: Context) -> SlotRequest | None:
+        if self.spark_slots is None:
+            return None
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan") if self.plan_task_id else None
+        score = int((plan or {}).get("score") or 0)
+        # Asked again every poke_interval: a run that stops asking (killed) frees its place after three misses.
+        patience = max(60, math.ceil(3 * self.poke_interval))
+        return SlotRequest(self.spark_conn_id, self.spark_slots, score, patience)  # type: ignore[arg-type]
 
     def execute(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
+        slot = self._slot_request(context)
         deadline = time.monotonic() + self.gate_wait_seconds
         while True:
             current = hook.get_state(self.table)
             held_by_another = current.pauses_writers and current.owner != owner
             if not held_by_another or time.monotonic() >= deadline:
                 try:
-                    state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds)
+                    state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds, slot)
                     break
                 except WriteGateHeldError:
                     if time.monotonic() >= deadline:
                         raise
+                except SparkSlotsBusyError as busy:
+                    if time.monotonic() >= deadline:
+                        raise SparkSlotsBusyError(f"gave up after {self.gate_wait_seconds} s: {busy}") from None
+                    self.log.info("%s; the gate stays open meanwhile", busy)
+                    time.sleep(self.poke_interval)
+                    continue
             self.log.info("Write gate of %s is held by %s until %s; waiting", self.table, current.owner,
                           current.lease_expires_at)  # fmt: skip
             time.sleep(self.poke_interval)

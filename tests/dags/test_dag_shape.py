@@ -82,6 +82,15 @@ def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_poo
     assert make_dag().get_task("rewrite_files").pool == "default_pool"
 
 
+def test_with_spark_pool_slots_close_gate_waits_for_a_slot_of_the_connection_by_the_plans_score():
+    for dag in (make_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
+                make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3)):  # fmt: skip
+        close = dag.get_task("close_gate")
+        assert (close.spark_conn_id, close.spark_slots, close.plan_task_id) == ("spark_yarn", 3, "plan_compaction")
+        assert "one of the 3 Spark slots of `spark_yarn`" in close.doc_md
+    assert make_dag().get_task("close_gate").spark_slots is None
+
+
 def test_table_settings_reach_the_tasks():
     dag = make_dag(
         schedule="@hourly",

@@ -13,8 +13,10 @@ import pytest
 from airflow_iceberg.hooks.write_gate import (
     GateOwner,
     GateState,
+    SlotQueueEntry,
     WriterState,
     check_lease_seconds,
+    decide_admission,
     decide_close,
     decide_open,
 )
@@ -156,3 +158,36 @@ def test_a_short_lease_still_waits_for_writers_seen_within_the_last_minute():
     writers = (WriterState("seen-50s-before", NOW - timedelta(minutes=10, seconds=50), None, None),)
     gate = closed(RUN_A, 60, lease_seconds=10, writers=writers)  # a 10 s lease, closed 10 min before NOW
     assert [w.writer_id for w in gate.writers_to_wait_for()] == ["seen-50s-before"]  # it registers every 10 s
+
+
+def entry(table: str, score: int, *, waited: float = 0, holding: bool = False, waiting: bool = True) -> SlotQueueEntry:
+    """A run of ``table`` in a Spark connection's queue, asking since ``waited`` seconds before NOW."""
+    owner = GateOwner(f"iceberg_compact__lake__db__{table}", "manual__1")
+    return SlotQueueEntry(f"lake.db.{table}", owner, score, NOW - timedelta(seconds=waited),
+                          waiting=waiting and not holding, holding=holding)  # fmt: skip
+
+
+def admission(queue: list[SlotQueueEntry], table: str, slots: int):
+    me = next(e for e in queue if e.table == f"lake.db.{table}")
+    return decide_admission(queue, me.table, me.owner, slots)
+
+
+def test_the_free_slots_go_to_the_worst_tables_first_then_to_the_longest_waiting():
+    queue = [entry("a", 5, waited=60), entry("b", 50, waited=1), entry("c", 5, waited=30), entry("d", 0, waited=90)]
+    assert [admission(queue, t, 2).allowed for t in "abcd"] == [True, True, False, False]
+    queue.append(entry("held", 1, holding=True))  # one slot taken: only the worst table may close
+    assert [admission(queue, t, 2).allowed for t in "abcd"] == [False, True, False, False]
+    refused = admission(queue, "c", 2)
+    assert refused.action == "slot_wait"
+    assert refused.detail == "1 of 2 Spark slots taken (lake.db.held); ahead: lake.db.b (score 50), lake.db.a (score 5)"
+
+
+def test_runs_that_stopped_asking_or_let_go_of_their_gate_take_no_slot_and_no_place():
+    queue = [entry("gone", 99, waiting=False), entry("released", 1, waiting=False), entry("a", 1)]
+    assert admission(queue, "a", 1).allowed
+
+
+def test_a_run_holding_a_slot_keeps_it_when_it_asks_again_even_with_every_slot_taken():
+    queue = [entry("a", 1, holding=True), entry("b", 1, holding=True), entry("c", 99)]
+    assert admission(queue, "a", 2).allowed
+    assert not admission(queue, "c", 2).allowed
