@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iceberg.health import HealthTriggers, PartitionHealth, make_plan, read_health, target_file_size
 from airflow_iceberg.hooks.write_gate import WriteGateHook
@@ -33,6 +33,19 @@ def _load(iceberg_conn_id: str, table: TableName) -> Any:
     from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table  # pyiceberg: off the parse path
 
     return load_iceberg_table(iceberg_conn_id, table)
+
+
+def _check_predicates(predicates: Mapping[str, str | None]) -> None:
+    """Parse every predicate the plan hands to the rewrite task, so that task need not, with writers paused."""
+    from airflow_iceberg.predicates import PredicateError, parse_predicate
+
+    for procedure, predicate in predicates.items():
+        if predicate is None:  # the whole table
+            continue
+        try:
+            parse_predicate(predicate, what=f"the plan's where for {procedure}")
+        except PredicateError as error:
+            raise AirflowFailException(str(error)) from None
 
 
 def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:
@@ -135,6 +148,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         )
         if self.triggers is None and not overrides.force:
             plan.decision, plan.reason = self.without_health
+        _check_predicates(plan.predicates)
         self.log.info("Health of %s read in %.2f s: %s", self.table, health.read_seconds,
                       json.dumps({k: v for k, v in plan.health.items() if k != "unhealthy"}))  # fmt: skip
         for partition in plan.health["unhealthy"]:

@@ -185,7 +185,8 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             }
             predicate = where.get(procedure)
             build_call(procedure, self.table, options, predicate, arguments)  # checked before Spark starts
-            if predicate is not None:
+            # A plan's predicates were parsed by the plan task, before the gate closed: not again while writers wait.
+            if predicate is not None and not self.plan_task_id:
                 from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
 
                 try:

@@ -116,6 +116,7 @@ def test_spark_settings_match_the_catalog_and_keep_secrets_out_of_conf(catalog):
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "WARN",
         "spark.redaction.regex": r"(?i)secret|password|token|access[.-]?key|credential|header\.",
         "spark.sql.catalog.lake": "org.apache.iceberg.spark.SparkCatalog",
         **conf,

@@ -41,3 +41,27 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+
+
+def test_what_the_rewrite_task_does_before_spark_submit_imports_neither_pyiceberg_nor_sqlglot():
+    # Writers are paused while the rewrite task runs: it reads its Iceberg connection and follows the plan,
+    # whose predicates the plan task parsed before the gate closed, without loading either library (0.7 s).
+    script = """
+import sys
+from unittest import mock
+from airflow_iceberg.catalogs import spark_settings_for_connection
+from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
+spark_settings_for_connection("lake", "lake")
+op = IcebergRewriteOperator(task_id="rewrite_files", table="lake.db.events", plan_task_id="plan_compaction",
+                            procedures=["rewrite_data_files"])
+plan = {"predicates": {"rewrite_data_files": "ts >= TIMESTAMP '2026-11-22 00:00:00+00:00'"},
+        "partitions": {"rewrite_data_files": ["ts_day=2026-11-22"]}, "decision": "compact", "reason": "r"}
+ti = mock.Mock(xcom_pull=mock.Mock(return_value=plan))
+[call] = op._calls({"ti": ti, "params": {}})
+assert call["where"] == plan["predicates"]["rewrite_data_files"], call
+loaded = sorted(m for m in sys.modules if m.startswith(("pyiceberg", "sqlglot")))
+assert not loaded, loaded
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "ok", result.stderr[-3000:]

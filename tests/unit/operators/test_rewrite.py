@@ -337,3 +337,13 @@ def test_both_rewrites_go_to_one_spark_submit_in_order_each_with_its_own_predica
     assert (data["options"], data["where"]) == ({"min-input-files": 5}, "dt >= '20240620'")
     assert (deletes["options"], deletes["where"]) == ({"rewrite-all": True}, None)
     assert command.count(str(RUN_PROCEDURE_JOB)) == 1
+
+
+def test_a_where_of_its_own_is_parsed_before_spark_starts_and_a_bad_one_fails_naming_it():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = gated_rewrite("ts >= '2026-11-20'; DROP TABLE lake.db.events")
+    op.apply_run_params = False
+    with pytest.raises(AirflowFailException, match="rewrite_data_files's where") as raised:
+        op._calls({"params": {}})
+    assert "DROP TABLE" in str(raised.value)
