@@ -34,6 +34,8 @@ from airflow_iceberg.spark_jobs.iceberg_call import TableName
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: The task that runs a gated run's rewrites, in one Spark application.
 REWRITE_TASK_ID = "rewrite_files"
+#: The task that plans them: its XCom ``plan`` holds the predicate each rewrite runs with.
+PLAN_TASK_ID = "plan_compaction"
 
 #: Retries by kind of task. Every task retries at least once: a time-out of Airflow's own Execution API as a
 #: task starts is enough to fail it. Failures that a retry cannot mend (bad input, a gate another run holds,
@@ -131,7 +133,7 @@ def _gated_rewrites(
         else ("compact", "health planning is off for this table")
     )
     plan = PlanCompactionOperator(
-        task_id="plan_compaction",
+        task_id=PLAN_TASK_ID,
         table=table,
         iceberg_conn_id=config.catalog_conn_id,
         write_gate_conn_id=gate_conn,

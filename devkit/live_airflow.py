@@ -151,8 +151,9 @@ class LiveAirflow:
             return
         raise AssertionError(f"processes of airflow standalone's group {group} outlived it")
 
-    def wait_for(self, what: str, condition: Callable[[], Any], timeout: float) -> Any:
-        """Poll ``condition`` until it returns something true, and return that; fail after ``timeout`` s."""
+    def wait_for(self, what: str, condition: Callable[[], Any], timeout: float, every: float = 1) -> Any:
+        """Poll ``condition`` every ``every`` s until it returns something true, and return that; fail after
+        ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while not (value := condition()):
             assert self.process is not None and self.process.poll() is None, (
@@ -160,7 +161,7 @@ class LiveAirflow:
                 + (self.home / "standalone.log").read_text()[-4000:]
             )
             assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
-            time.sleep(1)
+            time.sleep(every)
         return value
 
     # --- the table list -----------------------------------------------------------------------------------------
@@ -203,8 +204,8 @@ class LiveAirflow:
         headers = {"Authorization": f"Bearer {self.token(user)}", **kwargs.pop("headers", {})}
         return requests.request(method, f"{self.url}/api/v2/{path}", headers=headers, timeout=60, **kwargs)
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout: float) -> dict[str, Any]:
-        """The DAG run once it has finished (success or failed), as the REST API shows it."""
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float, every: float = 1) -> dict[str, Any]:
+        """The DAG run once it has finished (success or failed), as the REST API shows it; asked every ``every`` s."""
 
         def finished() -> dict[str, Any] | None:
             response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}")
@@ -212,7 +213,7 @@ class LiveAirflow:
             run = response.json()
             return run if run["state"] in ("success", "failed") else None
 
-        return self.wait_for(f"run {run_id} of {dag_id} to finish", finished, timeout)
+        return self.wait_for(f"run {run_id} of {dag_id} to finish", finished, timeout, every)
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")
