@@ -1,7 +1,7 @@
 """``make bench``, second part: what Airflow adds to the rewrites, against a bare ``spark-submit`` of the same CALLs.
 
 For each size of table (``SIZES``), the same writer with the same arguments writes identical copies of a table
-of small files and position deletes. On ``--repeats`` of them (3 by default), a live ``airflow standalone``
+of small files and position deletes. On ``--repeats`` of them (5 by default), a live ``airflow standalone``
 (PostgreSQL metadata, LocalExecutor, the repository's DAG folder with a fleet of 200 other tables in its table
 list) runs the table's compaction DAG, triggered through the REST API without a logical date, as a user would:
 each task's process starts, parses the DAG file and submits its Spark job, as in production. On as many other
@@ -223,7 +223,7 @@ def report(copies: Copies, before: TableStats, size_bytes: int, timings: Timings
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sizes", nargs="*", metavar="SIZE", help=f"any of {', '.join(SIZES)} (default: all)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of the DAG and of the bare submission (3)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs of the DAG and of the bare submission (5)")
     args = parser.parse_args(argv)
     names = args.sizes or list(SIZES)
     if unknown := sorted(set(names) - set(SIZES)):
