@@ -17,11 +17,11 @@ from typing import Any
 
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.health import HealthTriggers, PartitionHealth, make_plan, read_health, target_file_size
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.run_params import overrides_from_params
+from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
@@ -37,15 +37,9 @@ def _load(iceberg_conn_id: str, table: TableName) -> Any:
 
 def _check_predicates(predicates: Mapping[str, str | None]) -> None:
     """Parse every predicate the plan hands to the rewrite task, so that task need not, with writers paused."""
-    from airflow_iceberg.predicates import PredicateError, parse_predicate
-
     for procedure, predicate in predicates.items():
-        if predicate is None:  # the whole table
-            continue
-        try:
-            parse_predicate(predicate, what=f"the plan's where for {procedure}")
-        except PredicateError as error:
-            raise AirflowFailException(str(error)) from None
+        if predicate is not None:  # None: the whole table
+            check_predicate(predicate, f"the plan's where for {procedure}")
 
 
 def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:

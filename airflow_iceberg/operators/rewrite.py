@@ -27,7 +27,7 @@ from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
 from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402
-from airflow_iceberg.operators.run_params import overrides_from_params  # noqa: E402
+from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params  # noqa: E402
 from airflow_iceberg.operators.write_gate import run_owner  # noqa: E402
 from airflow_iceberg.spark_jobs.iceberg_call import (  # noqa: E402
     JOB_SECRETS_FILE,
@@ -187,12 +187,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             build_call(procedure, self.table, options, predicate, arguments)  # checked before Spark starts
             # A plan's predicates were parsed by the plan task, before the gate closed: not again while writers wait.
             if predicate is not None and not self.plan_task_id:
-                from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
-
-                try:
-                    parse_predicate(predicate, what=f"{procedure}'s where")
-                except PredicateError as error:
-                    raise AirflowFailException(str(error)) from None
+                check_predicate(predicate, f"{procedure}'s where")
             calls.append({"procedure": procedure, "options": options, "where": predicate, "arguments": arguments})
         return calls
 

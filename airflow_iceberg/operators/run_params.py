@@ -195,6 +195,16 @@ def render_predicate(operator: Any, template: str | None, context: Any, what: st
         raise RunParamsError(f"{what} {template!r} is not a valid template: {error}") from None
 
 
+def check_predicate(predicate: str, what: str) -> None:
+    """Parse ``predicate`` as Spark would take it, or fail the task without retries, naming ``what`` and it."""
+    from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
+
+    try:
+        parse_predicate(predicate, what=what)
+    except PredicateError as error:
+        raise AirflowFailException(str(error)) from None
+
+
 class CheckRunParamsOperator(BaseOperator):
     """Validate the run's Params and the predicate each rewrite will use; return those predicates.
 
