@@ -28,6 +28,7 @@ from typing import Any
 import psycopg2
 import requests
 import yaml
+from sqlalchemy.engine import URL
 
 META_DB = "airflow_iceberg_test_scheduler"
 DAGS_FOLDER = Path(__file__).resolve().parents[1] / "dags"
@@ -42,10 +43,34 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def postgres_settings() -> dict[str, Any]:
+    """Where the PostgreSQL of the embedded default is (scripts/env.sh; scripts/setup.sh starts it)."""
+    return {
+        "host": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_HOST", "127.0.0.1"),
+        "port": int(os.environ.get("AIRFLOW_ICEBERG_POSTGRES_PORT", "5432")),
+        "user": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_USER", "postgres"),
+        "password": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_PASSWORD", ""),
+    }
+
+
 def postgres(database: str = "postgres"):
-    connection = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=database)
+    connection = psycopg2.connect(**postgres_settings(), dbname=database)
     connection.autocommit = True
     return connection
+
+
+def postgres_url(database: str) -> str:
+    """The SQLAlchemy URL of ``database`` on that PostgreSQL, for Airflow's metadata."""
+    settings = postgres_settings()
+    url = URL.create(
+        "postgresql+psycopg2",
+        username=settings["user"],
+        password=settings["password"] or None,
+        host=settings["host"],
+        port=settings["port"],
+        database=database,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def fleet(count: int) -> list[dict[str, Any]]:
@@ -76,7 +101,7 @@ class LiveAirflow:
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://postgres@127.0.0.1:5432/{meta_db}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres_url(meta_db),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),

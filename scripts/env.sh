@@ -1,6 +1,7 @@
 # shellcheck shell=bash
-# The embedded default environment: local Spark, a local warehouse, the machine's MySQL. Sourced by
-# scripts/setup.sh and the Makefile's targets; every value can be overridden from the calling environment.
+# The embedded default environment: local Spark, a local warehouse, this machine's MySQL (MariaDB) and PostgreSQL,
+# which scripts/setup.sh starts when nothing answers at these addresses. Sourced by scripts/setup.sh and the
+# Makefile's targets; every value can be overridden from the calling environment.
 _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 export AIRFLOW_ICEBERG_ROOT="$_root"
@@ -14,6 +15,11 @@ export AIRFLOW_ICEBERG_MYSQL_USER="${AIRFLOW_ICEBERG_MYSQL_USER:-root}"
 export AIRFLOW_ICEBERG_MYSQL_PASSWORD="${AIRFLOW_ICEBERG_MYSQL_PASSWORD:-}"
 export AIRFLOW_ICEBERG_GATE_DB="${AIRFLOW_ICEBERG_GATE_DB:-airflow_iceberg}"
 export AIRFLOW_ICEBERG_CATALOG_DB="${AIRFLOW_ICEBERG_CATALOG_DB:-iceberg_catalog}"
+# PostgreSQL: the metadata database of the live Airflow that the tests and `make bench` start.
+export AIRFLOW_ICEBERG_POSTGRES_HOST="${AIRFLOW_ICEBERG_POSTGRES_HOST:-127.0.0.1}"
+export AIRFLOW_ICEBERG_POSTGRES_PORT="${AIRFLOW_ICEBERG_POSTGRES_PORT:-5432}"
+export AIRFLOW_ICEBERG_POSTGRES_USER="${AIRFLOW_ICEBERG_POSTGRES_USER:-postgres}"
+export AIRFLOW_ICEBERG_POSTGRES_PASSWORD="${AIRFLOW_ICEBERG_POSTGRES_PASSWORD:-}"
 
 # Airflow: its own home and SQLite metadata under build/, our DAG folder, no examples.
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$AIRFLOW_ICEBERG_BUILD/airflow-home}"
