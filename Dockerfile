@@ -5,7 +5,7 @@ FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openjdk-17-jdk-headless libjarjar-java libmariadb-java curl procps make \
+        openjdk-17-jdk-headless maven curl procps make \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/airflow-iceberg

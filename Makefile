@@ -1,18 +1,20 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
-# make test   set everything up, then run the whole test suite (unit + integration, real MySQL and Spark)
+# make test   set everything up, then run the whole test suite: the Flink module's Java unit tests, then the Python
+#             unit and integration tests (real MariaDB, PostgreSQL, Spark, Flink mini-cluster, live Airflow)
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it; then the rewrite
 #             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
 #             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
-# make unit   the fast tests only (no servers); make docs  refresh the generated blocks in docs/
+# make unit   the fast tests only (no servers), Java and Python; make docs  refresh the generated blocks in docs/
+# make java-test  the Flink module's JUnit tests (`mvn verify` on flink/pom.xml)
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit lint bench bench-parse faults docs clean
+.PHONY: setup demo test unit java-test lint bench bench-parse faults docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -25,14 +27,17 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_tasks
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 
-test: setup lint
+test: setup lint java-test
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
-lint: setup
-	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests
-	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests
+java-test: setup
+	@$(ENV) mvn -B --no-transfer-progress -f flink/pom.xml -Dflink.build.dir="$$AIRFLOW_ICEBERG_FLINK_BUILD" verify
 
-unit: setup
+lint: setup
+	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests scripts
+	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests scripts
+
+unit: setup java-test
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 bench-parse: setup

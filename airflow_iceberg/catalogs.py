@@ -9,7 +9,8 @@ the same catalog.
 
 Supported catalog types (pyiceberg name -> Iceberg Spark catalog):
 
-- ``sql`` -> ``type=jdbc`` (``uri`` ``mysql+pymysql://user:pw@host:port/db`` -> ``jdbc:mysql://host:port/db``)
+- ``sql`` -> ``type=jdbc`` (``uri`` ``mysql+pymysql://user:pw@host:port/db`` ->
+  ``jdbc:mysql://host:port/db?permitMysqlScheme``)
 - ``rest`` -> ``type=rest``
 - ``hive`` -> ``type=hive`` (``uri`` ``thrift://metastore:9083``)
 - ``glue`` -> ``catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog`` with ``S3FileIO``
@@ -142,9 +143,12 @@ def _jdbc(catalog: str, properties: Mapping[str, Any]):
     if jdbc is None:
         raise ValueError(f"Iceberg catalog {catalog!r}: no JDBC mapping for database {backend!r} in its uri")
     port = f":{url.port}" if url.port else ""
+    # MariaDB's Connector/J (3.x), which the shipped table list loads, takes a jdbc:mysql: URL only with
+    # permitMysqlScheme in it; MySQL's Connector/J ignores the property.
+    options = "?permitMysqlScheme" if jdbc == "mysql" else ""
     settings = {
         "type": "jdbc",
-        "uri": f"jdbc:{jdbc}://{url.host or '127.0.0.1'}{port}/{url.database or ''}",
+        "uri": f"jdbc:{jdbc}://{url.host or '127.0.0.1'}{port}/{url.database or ''}{options}",
         "warehouse": properties["warehouse"],
     }
     if url.username:

@@ -40,6 +40,9 @@ from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName,
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
 TABLE_LIST_FILE = "iceberg_tables.yaml"
+#: Top-level keys with this prefix are ignored, as extension fields are in Compose files: they hold blocks that
+#: entries reuse through YAML anchors.
+EXTENSION_PREFIX = "x-"
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
 SPARK_DEFAULT_CONN_ID = "spark_default"
@@ -387,9 +390,12 @@ def load_table_list(path: Path | None = None, select: Callable[[TableName], bool
         raise IcebergConfigError(f"{path}: cannot read the table list: {error}") from None
     if not isinstance(document, Mapping) or not isinstance(document.get("tables"), list):
         raise IcebergConfigError(f"{path}: expected a mapping with a 'tables' list")
-    unknown = set(document) - {"defaults", "tables"}
+    unknown = {key for key in document if not str(key).startswith(EXTENSION_PREFIX)} - {"defaults", "tables"}
     if unknown:
-        raise IcebergConfigError(f"{path}: unknown top-level keys {sorted(unknown)}; expected defaults, tables")
+        raise IcebergConfigError(
+            f"{path}: unknown top-level keys {sorted(unknown)}; expected defaults, tables, and any "
+            f"{EXTENSION_PREFIX}* blocks for YAML anchors"
+        )
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         raise IcebergConfigError(f"{path}: 'defaults' must be a mapping")

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything `make demo` and `make test` need on a fresh Debian 12 machine, idempotent and quick to re-run:
-#   Debian packages (jarjar, MariaDB JDBC driver), the Airflow and Spark Python environments, the Iceberg jars,
-#   the gated Flink source's jar (built against Flink's jars from PyPI), the MySQL databases for the write gate
-#   (with its schema migrated) and the Iceberg JDBC catalog, and an Airflow home.
+#   Debian packages (Maven, Chromium, MariaDB's server binaries for the tests' private servers), the Airflow and
+#   Spark Python environments, the Spark jobs' jars from Maven Central, the gated Flink source built by Maven, the
+#   database servers (MariaDB and PostgreSQL, installed and started when nothing answers: scripts/databases.py),
+#   the MySQL databases for the write gate (with its schema migrated) and the Iceberg JDBC catalog, and an
+#   Airflow home.
 # Each step is skipped when its output is already up to date.
 set -euo pipefail
 
@@ -24,7 +26,9 @@ stamp_write() {
 }
 
 # --- Debian packages -------------------------------------------------------------------------------------------
-debs=(libjarjar-java libmariadb-java docker-compose chromium chromium-driver)
+# mariadb-server-core: mariadbd and mariadb-install-db for the tests' private servers (devkit/private_mariadb.py),
+# without a service of its own. The servers themselves come in scripts/databases.py, only when needed.
+debs=(maven mariadb-server-core docker-compose chromium chromium-driver)
 missing=()
 for d in "${debs[@]}"; do dpkg -s "$d" >/dev/null 2>&1 || missing+=("$d"); done
 if ((${#missing[@]})); then
@@ -34,6 +38,11 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 command -v java >/dev/null || { echo "setup: java (OpenJDK 17) is required on PATH" >&2; exit 1; }
+maven() {  # maven ARG...: a quiet Maven build; its log only when it fails (Debian's Maven 3.8 prints escape codes)
+    mkdir -p "$AIRFLOW_ICEBERG_BUILD"
+    mvn -B -q --no-transfer-progress "$@" >"$AIRFLOW_ICEBERG_BUILD/maven.log" 2>&1 ||
+        { cat "$AIRFLOW_ICEBERG_BUILD/maven.log" >&2; exit 1; }
+}
 
 # --- uv, then the two Python environments -----------------------------------------------------------------------
 venvs="$root/.venv"
@@ -58,48 +67,28 @@ if ! stamp_ok airflow-venv pyproject.toml; then
     stamp_write airflow-venv pyproject.toml
 fi
 
-# --- Jars: Iceberg runtime, its missing relocated Jackson, the MariaDB JDBC driver -----------------------------
+# --- The Spark jobs' jars, from Maven Central: Iceberg's Spark runtime, the MariaDB JDBC driver ------------------
 jars="$AIRFLOW_ICEBERG_JARS"
-if ! stamp_ok jars requirements/spark.txt scripts/setup.sh; then
-    step "Iceberg jars ($jars)"
-    mkdir -p "$jars"
-    site=$("$venvs/spark/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    cp "$site/snowpark_connect_deps_iceberg/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar" "$jars/"
-    # The runtime jar references org.apache.iceberg.shaded.com.fasterxml.jackson.* but does not ship it:
-    # relocate the Jackson 2.15.2 that pyspark already carries into that package with jarjar.
-    work=$(mktemp -d)
-    trap 'rm -rf "$work"' EXIT
-    mkdir "$work/merged"
-    for j in annotations core databind; do
-        (cd "$work/merged" && jar xf "$site/pyspark/jars/jackson-$j-2.15.2.jar")
-    done
-    rm -rf "$work/merged/module-info.class" "$work/merged/META-INF/versions" "$work/merged/META-INF/"*.SF \
-        "$work/merged/META-INF/"*.RSA "$work/merged/META-INF/"*.DSA
-    (cd "$work/merged" && jar cf "$work/merged.jar" .)
-    echo 'rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1' >"$work/rules.txt"
-    java -jar "$(dpkg -L libjarjar-java | grep -m1 '/usr/share/java/jarjar.*\.jar$')" \
-        process "$work/rules.txt" "$work/merged.jar" "$jars/iceberg-shaded-jackson.jar"
-    cp "$(dpkg -L libmariadb-java | grep -m1 '/usr/share/java/mariadb-java-client.*\.jar$')" \
-        "$jars/mariadb-java-client.jar"
-    stamp_write jars requirements/spark.txt scripts/setup.sh
+if ! stamp_ok jars requirements/pom.xml || [[ ! -d "$jars" ]]; then
+    step "Spark jars from Maven Central ($jars)"
+    rm -rf "$jars"  # no jar of an earlier pin stays behind
+    maven -f requirements/pom.xml package -Djars.dir="$jars"
+    stamp_write jars requirements/pom.xml
 fi
 
-# --- Flink: the gated source (flink/), compiled against Flink 2.3's own jars from PyPI ----------------------------
+# --- Flink: the gated source (flink/), built by Maven against Flink from Maven Central ---------------------------
 # The image of the compose stack runs no Flink job: it sets AIRFLOW_ICEBERG_SKIP_FLINK.
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
-    if ! stamp_ok flink-venv requirements/flink.txt; then
-        step "Flink libraries ($venvs/flink)"
-        [[ -x "$venvs/flink/bin/python" ]] || "$uv" venv -q -p python3.11 "$venvs/flink"
-        VIRTUAL_ENV="$venvs/flink" "$uv" pip install -q -r requirements/flink.txt
-        stamp_write flink-venv requirements/flink.txt
-    fi
     mapfile -t flink_sources < <(find flink -type f | sort)
-    flink_inputs=(requirements/flink.txt scripts/build_flink.sh "${flink_sources[@]}")
-    if ! stamp_ok flink-jar "${flink_inputs[@]}" <(printf '%s\n' "${flink_sources[@]}") ||
-        [[ ! -f "$AIRFLOW_ICEBERG_FLINK_BUILD/classpath" ]]; then
-        step "gated Flink source ($AIRFLOW_ICEBERG_FLINK_BUILD)"
-        bash scripts/build_flink.sh
-        stamp_write flink-jar "${flink_inputs[@]}" <(printf '%s\n' "${flink_sources[@]}")
+    flink_build="$AIRFLOW_ICEBERG_FLINK_BUILD"
+    if ! stamp_ok flink-jar "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}") ||
+        [[ ! -f "$flink_build/classpath" ]]; then
+        step "gated Flink source ($flink_build)"
+        maven -f flink/pom.xml -Dflink.build.dir="$flink_build" -DskipTests package
+        # What the mini-cluster test job runs with: the source, the job, and their dependencies.
+        printf '%s\n' "$flink_build/airflow-iceberg-flink.jar:$flink_build/airflow-iceberg-flink-tests.jar:$(
+            cat "$flink_build/mini-cluster.classpath")" >"$flink_build/classpath"
+        stamp_write flink-jar "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}")
     fi
 fi
 
@@ -107,6 +96,10 @@ if [[ -n "${AIRFLOW_ICEBERG_SKIP_DATABASES:-}" ]]; then  # building an image: no
     step "ready (environments and jars only)"
     exit 0
 fi
+
+# --- Database servers: MySQL (the gate, the catalog) and PostgreSQL (a live Airflow's metadata) --------------------
+# Servers that answer are used as they are; on loopback, missing ones are installed and started.
+"$venvs/airflow/bin/python" scripts/databases.py
 
 # --- MySQL databases for the write gate and the Iceberg JDBC catalog -------------------------------------------
 step "MySQL databases ${AIRFLOW_ICEBERG_GATE_DB} and ${AIRFLOW_ICEBERG_CATALOG_DB}"

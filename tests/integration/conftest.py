@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import string
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,11 +56,18 @@ GATE_USERS = {
         ],
     ),
 }
-JARS = (
-    "iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
-    "iceberg-shaded-jackson.jar",
-    "mariadb-java-client.jar",
-)
+#: The shipped table list, whose blocks ``x-spark-jars`` and ``x-spark-packages`` load Iceberg into Spark.
+SHIPPED_TABLE_LIST = ROOT / "dags" / "iceberg_tables.yaml"
+
+
+def shipped_spark_block(name: str) -> dict[str, list[str]]:
+    """How the shipped table list loads Iceberg into Spark: its block ``x-spark-jars`` or ``x-spark-packages``."""
+    return yaml.safe_load(SHIPPED_TABLE_LIST.read_text())[name]
+
+
+def shipped_jars() -> list[str]:
+    """The jar paths of the shipped table list, ``${VAR}`` expanded."""
+    return [string.Template(jar).substitute(os.environ) for jar in shipped_spark_block("x-spark-jars")["jars"]]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -73,9 +81,9 @@ def _require_environment() -> None:
     if "AIRFLOW_ICEBERG_JARS" not in os.environ:
         problems.append("AIRFLOW_ICEBERG_JARS is not set: run the suite with `make test`")
     else:
-        for jar in JARS:
-            if not (Path(os.environ["AIRFLOW_ICEBERG_JARS"]) / jar).is_file():
-                problems.append(f"{jar} missing from {os.environ['AIRFLOW_ICEBERG_JARS']}: run `make setup`")
+        for jar in shipped_jars():
+            if not Path(jar).is_file():
+                problems.append(f"{jar} is missing: run `make setup`")
     if shutil.which("spark-submit") is None:
         problems.append("spark-submit is not on PATH: run the suite with `make test`")
     if problems:
@@ -147,8 +155,8 @@ def integration_stack() -> None:
 
 
 def suite_defaults() -> dict[str, Any]:
-    """The ``defaults`` block of the suite's table list: small waits, local Spark with the built jars."""
-    jars = [str(Path(os.environ["AIRFLOW_ICEBERG_JARS"]) / jar) for jar in JARS]
+    """The ``defaults`` block of the suite's table list: small waits, local Spark with the shipped list's jars."""
+    jars = shipped_jars()
     return {
         "idle_seconds": 2,
         "poke_interval": 1,

@@ -22,7 +22,7 @@ CATALOGS = {
         },
         {
             "spark.sql.catalog.lake.type": "jdbc",
-            "spark.sql.catalog.lake.uri": "jdbc:mysql://db.internal:3307/iceberg",
+            "spark.sql.catalog.lake.uri": "jdbc:mysql://db.internal:3307/iceberg?permitMysqlScheme",
             "spark.sql.catalog.lake.warehouse": "s3://wh/",
             "spark.sql.catalog.lake.jdbc.user": "etl",
         },
@@ -137,7 +137,7 @@ def test_sql_catalog_without_password_has_no_secret():
         "lake", {"type": "sql", "uri": "mysql+pymysql://root@127.0.0.1:3306/cat", "warehouse": "file:///w"}
     )
     assert settings.job_secrets == {"spark_conf": {}, "system_properties": {}}
-    assert settings.conf["spark.sql.catalog.lake.uri"] == "jdbc:mysql://127.0.0.1:3306/cat"
+    assert settings.conf["spark.sql.catalog.lake.uri"] == "jdbc:mysql://127.0.0.1:3306/cat?permitMysqlScheme"
 
 
 @pytest.mark.parametrize(

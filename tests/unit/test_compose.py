@@ -73,7 +73,7 @@ def test_the_connections_point_at_the_stacks_own_services():
     assert f"{spark['host']}:{spark['port']}" in SERVICES["spark-worker"]["command"]
     catalog = json.loads(environment["AIRFLOW_CONN_LAKE"])["extra"]
     settings = spark_catalog_settings("lake", catalog)  # the same connection also drives Spark
-    assert settings.conf["spark.sql.catalog.lake.uri"] == "jdbc:mysql://mysql:3306/iceberg_catalog"
+    assert settings.conf["spark.sql.catalog.lake.uri"] == "jdbc:mysql://mysql:3306/iceberg_catalog?permitMysqlScheme"
     gate = json.loads(environment["AIRFLOW_CONN_WRITE_GATE_DEFAULT"])
     init_sql = (ROOT / "docker" / "mysql-init.sql").read_text()
     for database in (gate["schema"], "iceberg_catalog"):

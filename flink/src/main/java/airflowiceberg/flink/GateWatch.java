@@ -42,8 +42,13 @@ final class GateWatch implements AutoCloseable {
     private boolean closed;
 
     GateWatch(GateConfig config, String writerId) {
+        this(config, new WriteGate(config, writerId));
+    }
+
+    GateWatch(GateConfig config, WriteGate gate) {
         this.config = config;
-        this.gate = new WriteGate(config, writerId);
+        this.gate = gate;
+        String writerId = gate.writerId();
         this.thread = new ScheduledThreadPoolExecutor(1, task -> {
             Thread t = new Thread(task, "write-gate " + writerId);
             t.setDaemon(true);

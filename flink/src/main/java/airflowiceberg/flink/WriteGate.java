@@ -62,13 +62,25 @@ final class WriteGate implements AutoCloseable {
         }
     }
 
+    /** Opens a connection to the gate database. */
+    interface Connector {
+        Connection connect() throws SQLException;
+    }
+
     private final GateConfig config;
     private final String writerId;
+    private final Connector connector;
     private Connection connection;
 
     WriteGate(GateConfig config, String writerId) {
+        this(config, writerId, () -> connect(config));
+    }
+
+    /** With {@code connector} in place of the JDBC driver for {@code config.jdbcUrl()}: the tests' fake database. */
+    WriteGate(GateConfig config, String writerId, Connector connector) {
         this.config = config;
         this.writerId = writerId;
+        this.connector = connector;
     }
 
     String writerId() {
@@ -176,7 +188,8 @@ final class WriteGate implements AutoCloseable {
     private <R> R guarded(Work<R> work) throws SQLException {
         try {
             if (connection == null) {
-                connection = connect();
+                connection = connector.connect();
+                connection.setAutoCommit(true);
             }
             return work.run(connection);
         } catch (SQLException e) {
@@ -190,7 +203,7 @@ final class WriteGate implements AutoCloseable {
         }
     }
 
-    private Connection connect() throws SQLException {
+    private static Connection connect(GateConfig config) throws SQLException {
         Properties properties = new Properties();
         properties.setProperty("user", config.user());
         properties.setProperty("password", config.password());
@@ -212,7 +225,6 @@ final class WriteGate implements AutoCloseable {
         if (db == null) {
             db = DriverManager.getConnection(config.jdbcUrl(), properties);
         }
-        db.setAutoCommit(true);
         return db;
     }
 
