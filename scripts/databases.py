@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg2
@@ -65,6 +66,15 @@ def as_root(*command: str, user: str | None = None, stdin: str | None = None) ->
         return out.read()
 
 
+def wait_until(ready: Callable[[], bool], timeout_error: Callable[[], SetupError]) -> None:
+    """Ask ``ready`` every half second until it says yes; after START_TIMEOUT_SECONDS, raise ``timeout_error()``."""
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not ready():
+        if time.monotonic() > deadline:
+            raise timeout_error()
+        time.sleep(0.5)
+
+
 def answers(host: str, port: int) -> bool:
     """True if something accepts TCP connections at host:port."""
     try:
@@ -76,7 +86,7 @@ def answers(host: str, port: int) -> bool:
 
 @dataclass(frozen=True)
 class Server:
-    """One database server of the embedded default, as the environment configures it."""
+    """One database server of the embedded default, as the environment configures it; a subclass per kind."""
 
     name: str
     env: str  # the variables' prefix, e.g. AIRFLOW_ICEBERG_MYSQL
@@ -107,16 +117,11 @@ class Server:
 
     def login_error(self) -> str | None:
         """Why the configured login fails, or None when it works."""
-        try:
-            if self.name == "MySQL":
-                pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                connect_timeout=5).close()  # fmt: skip
-            else:
-                psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                 dbname="postgres", connect_timeout=5).close()  # fmt: skip
-        except (pymysql.err.Error, psycopg2.Error) as error:
-            return str(error).strip()
-        return None
+        raise NotImplementedError
+
+    def grant_login(self) -> None:
+        """Let the configured user in over loopback, on the server this script started."""
+        raise NotImplementedError
 
     def refused(self, error: str, *, ours: bool) -> SetupError:
         whose = "the server the set-up started" if ours else "a server the set-up did not start (left untouched)"
@@ -135,44 +140,13 @@ class Server:
         if not answers(self.host, self.port):
             step(f"start {self.name} ({self.service}) at {self.address}")
             as_root("service", self.service, "start")
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while not answers(self.host, self.port):
-            if time.monotonic() > deadline:
-                raise SetupError(
-                    f"{self.name} was started from Debian's {self.package} but nothing answers at {self.address} "
-                    f"after {START_TIMEOUT_SECONDS} s: is it configured for another port?"
-                )
-            time.sleep(0.5)
-
-    def grant_login(self) -> None:
-        """Let the configured user in over loopback, on the server this script started."""
-        if self.name == "MySQL":
-            user, password = escape_string(self.user), escape_string(self.password)
-            if self.user == "root":  # keep root's unix-socket login, add the configured password for TCP
-                sql = (f"ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket "
-                       f"OR mysql_native_password USING PASSWORD('{password}');")  # fmt: skip
-            else:
-                sql = "".join(
-                    f"CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{password}'; "
-                    f"GRANT ALL PRIVILEGES ON *.* TO '{user}'@'{host}' WITH GRANT OPTION; "
-                    for host in ("localhost", "127.0.0.1")
-                )
-            as_root("mariadb", "--protocol=socket", "--batch", stdin=sql)
-            return
-        # PostgreSQL: the role, with its password if one is configured, and loopback lines in pg_hba.conf.
-        psql = ("psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-v", f"u={self.user}", "-v", f"p={self.password}")
-        as_root(*psql, user="postgres", stdin=(
-            "SELECT format('CREATE ROLE %I LOGIN SUPERUSER', :'u') WHERE NOT EXISTS "
-            "(SELECT FROM pg_roles WHERE rolname = :'u') \\gexec\n"
-            + ("ALTER ROLE :\"u\" PASSWORD :'p';\n" if self.password else "")
-        ))  # fmt: skip
-        hba = as_root(*psql, "-c", "SHOW hba_file", user="postgres").strip()
-        current = as_root("cat", hba)
-        if HBA_MARK not in current:
-            method = "scram-sha-256" if self.password else "trust"
-            lines = [HBA_MARK] + [f"host all all {net} {method}" for net in ("127.0.0.1/32", "::1/128")]
-            as_root("tee", hba, stdin="\n".join(lines) + "\n" + current)
-            as_root(*psql, "-c", "SELECT pg_reload_conf()", user="postgres")
+        wait_until(
+            lambda: answers(self.host, self.port),
+            lambda: SetupError(
+                f"{self.name} was started from Debian's {self.package} but nothing answers at {self.address} "
+                f"after {START_TIMEOUT_SECONDS} s: is it configured for another port?"
+            ),
+        )
 
     def ensure(self) -> None:
         if answers(self.host, self.port):
@@ -190,16 +164,62 @@ class Server:
         if self.login_error():
             step(f"let user {self.user!r} sign in to {self.name} at {self.address}")
             self.grant_login()
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while error := self.login_error():  # a reloaded pg_hba.conf takes effect within moments
-            if time.monotonic() > deadline:
-                raise self.refused(error, ours=True)
-            time.sleep(0.5)
+        # A reloaded pg_hba.conf takes effect within moments: wait until the login works.
+        wait_until(lambda: self.login_error() is None, lambda: self.refused(self.login_error(), ours=True))
         step(f"{self.name} answers at {self.address}")
 
 
-MYSQL = Server("MySQL", "AIRFLOW_ICEBERG_MYSQL", "mariadb-server", "mariadb", 3306, "root")
-POSTGRES = Server("PostgreSQL", "AIRFLOW_ICEBERG_POSTGRES", "postgresql", "postgresql", 5432, "postgres")
+class MySQLServer(Server):
+    def login_error(self) -> str | None:
+        try:
+            pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                            connect_timeout=5).close()  # fmt: skip
+        except pymysql.err.Error as error:
+            return str(error).strip()
+        return None
+
+    def grant_login(self) -> None:
+        user, password = escape_string(self.user), escape_string(self.password)
+        if self.user == "root":  # keep root's unix-socket login, add the configured password for TCP
+            sql = (f"ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket "
+                   f"OR mysql_native_password USING PASSWORD('{password}');")  # fmt: skip
+        else:
+            sql = "".join(
+                f"CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{password}'; "
+                f"GRANT ALL PRIVILEGES ON *.* TO '{user}'@'{host}' WITH GRANT OPTION; "
+                for host in ("localhost", "127.0.0.1")
+            )
+        as_root("mariadb", "--protocol=socket", "--batch", stdin=sql)
+
+
+class PostgresServer(Server):
+    def login_error(self) -> str | None:
+        try:
+            psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                             dbname="postgres", connect_timeout=5).close()  # fmt: skip
+        except psycopg2.Error as error:
+            return str(error).strip()
+        return None
+
+    def grant_login(self) -> None:
+        """The role, with its password if one is configured, and loopback lines at the top of pg_hba.conf."""
+        psql = ("psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-v", f"u={self.user}", "-v", f"p={self.password}")
+        as_root(*psql, user="postgres", stdin=(
+            "SELECT format('CREATE ROLE %I LOGIN SUPERUSER', :'u') WHERE NOT EXISTS "
+            "(SELECT FROM pg_roles WHERE rolname = :'u') \\gexec\n"
+            + ("ALTER ROLE :\"u\" PASSWORD :'p';\n" if self.password else "")
+        ))  # fmt: skip
+        hba = as_root(*psql, "-c", "SHOW hba_file", user="postgres").strip()
+        current = as_root("cat", hba)
+        if HBA_MARK not in current:
+            method = "scram-sha-256" if self.password else "trust"
+            lines = [HBA_MARK] + [f"host all all {net} {method}" for net in ("127.0.0.1/32", "::1/128")]
+            as_root("tee", hba, stdin="\n".join(lines) + "\n" + current)
+            as_root(*psql, "-c", "SELECT pg_reload_conf()", user="postgres")
+
+
+MYSQL = MySQLServer("MySQL", "AIRFLOW_ICEBERG_MYSQL", "mariadb-server", "mariadb", 3306, "root")
+POSTGRES = PostgresServer("PostgreSQL", "AIRFLOW_ICEBERG_POSTGRES", "postgresql", "postgresql", 5432, "postgres")
 
 
 def main() -> int:
