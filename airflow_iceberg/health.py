@@ -276,6 +276,57 @@ class Plan:
         return asdict(self)
 
 
+def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:
+    """Whether a partition can hold rows matching ``where`` (its projection on the partition spec, by pyiceberg).
+
+    None when pyiceberg cannot evaluate ``where``: every partition is then in scope, and Spark applies it.
+    """
+    from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
+    from pyiceberg.schema import Schema
+    from pyiceberg.typedef import Record
+
+    from airflow_iceberg.predicates import PredicateError, parse_predicate, to_pyiceberg
+
+    schema, specs = iceberg_table.schema(), iceberg_table.specs()
+    try:
+        expression = to_pyiceberg(parse_predicate(where), schema)
+    except PredicateError:
+        return None
+    evaluators: dict[int, Callable[[Any], bool]] = {}
+
+    def in_scope(partition: PartitionHealth) -> bool:
+        evaluate = evaluators.get(partition.spec_id)
+        if evaluate is None:
+            spec = specs[partition.spec_id]
+            projected = inclusive_projection(schema, spec)(expression)
+            evaluate = expression_evaluator(Schema(*spec.partition_type(schema).fields), projected, True)
+            evaluators[partition.spec_id] = evaluate
+        return evaluate(Record(*partition.values))
+
+    return in_scope
+
+
+def plan_table(
+    iceberg_table: Any,
+    table: str,
+    triggers: HealthTriggers,
+    where: Mapping[str, str | None],
+    options: Mapping[str, Any] | None = None,
+    *,
+    force: bool = False,
+) -> tuple[TableHealth, Plan]:
+    """Read ``iceberg_table``'s health and plan a run with each procedure's predicate (``where``): the one rule that
+    ``plan_compaction`` applies when a run starts and the health watch applies before it starts one.
+
+    ``options`` are the run's ``rewrite_data_files`` options: their target file size defines small files.
+    """
+    health = read_health(iceberg_table, table, small_file_ratio=triggers.small_file_ratio,
+                         target=target_file_size(iceberg_table, options))  # fmt: skip
+    scopes = {p: partition_scope(iceberg_table, w) for p, w in where.items() if w}
+    in_scope = {p: s for p, s in scopes.items() if s is not None}
+    return health, make_plan(health, triggers, where, in_scope=in_scope, force=force)
+
+
 #: The most partitions a rewrite's predicate names one by one; with more, it takes its whole ``where``.
 MAX_NARROWED_PARTITIONS = 200
 
@@ -448,3 +499,97 @@ def _period(transform: str, value: int) -> tuple[datetime, datetime]:
     start = datetime(1970 + months // 12, months % 12 + 1, 1, tzinfo=timezone.utc)
     after = months + step
     return start, datetime(1970 + after // 12, after % 12 + 1, 1, tzinfo=timezone.utc)
+
+
+# --- Screening: what the snapshot summary alone says, so that healthy tables cost no manifest read --------------
+
+
+@dataclass(frozen=True)
+class SnapshotFacts:
+    """A table's current snapshot as its metadata file's JSON gives it, read without building pyiceberg's model.
+
+    ``data_files`` and ``delete_files`` are the summary's totals (None if the writer left them out);
+    ``added_since`` maps each ancestor snapshot id still in the metadata to the data files its descendants added,
+    up to the current snapshot.
+    """
+
+    snapshot_id: int | None
+    data_files: int | None = None
+    delete_files: int | None = None
+    added_since: Mapping[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_metadata(cls, metadata: Mapping[str, Any]) -> SnapshotFacts:
+        current = metadata.get("current-snapshot-id")
+        snapshots = {s["snapshot-id"]: s for s in metadata.get("snapshots") or ()}
+        if current is None or current == -1 or current not in snapshots:
+            return cls(None)
+        summary = snapshots[current].get("summary") or {}
+        added_since: dict[int, int] = {}
+        added, snapshot = 0, snapshots[current]
+        while True:
+            # Iceberg writes a count only when it is not zero.
+            count = int((snapshot.get("summary") or {}).get("added-data-files", 0))
+            parent = snapshot.get("parent-snapshot-id")
+            if parent is None or parent not in snapshots:
+                break
+            added += count
+            added_since[parent] = added
+            snapshot = snapshots[parent]
+        return cls(current, _int(summary.get("total-data-files")), _int(summary.get("total-delete-files")), added_since)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class ManifestRead:
+    """What one read of a table's manifests found, kept so that later snapshots can be screened against it."""
+
+    snapshot_id: int
+    max_small_files: int  # the most small files in one partition
+    oldest_delete_ms: int | None
+    plan: Plan
+
+    @classmethod
+    def of(cls, health: TableHealth, plan: Plan) -> ManifestRead:
+        deletes = [p.oldest_delete_ms for p in health.partitions if p.oldest_delete_ms is not None]
+        return cls(
+            snapshot_id=health.snapshot_id if health.snapshot_id is not None else -1,
+            max_small_files=max((p.small_files for p in health.partitions), default=0),
+            oldest_delete_ms=min(deletes, default=None),
+            plan=plan,
+        )
+
+    def delete_age_due(self, triggers: HealthTriggers, now_ms: int) -> bool:
+        """Whether its oldest delete file has come of age since (the one trigger that time alone can meet)."""
+        if self.oldest_delete_ms is None or self.plan.decision == "compact":
+            return False
+        return (now_ms - self.oldest_delete_ms) / 60_000 >= triggers.max_delete_age_minutes
+
+
+def screen(facts: SnapshotFacts, last_read: ManifestRead | None, triggers: HealthTriggers) -> tuple[bool, str]:
+    """Whether the table may need work, so that its manifests must be read (True), or is healthy for sure (False),
+    from its snapshot summary alone; and why, in words.
+
+    Conservative: it never says healthy when :func:`make_plan` could find work. Delete files always call for a
+    read (their ratio and age live in the manifests). Otherwise no partition can hold more small files than the
+    table holds data files, nor more than it held at the last read plus every data file added since.
+    """
+    if facts.snapshot_id is None:
+        return False, "no snapshot yet"
+    if facts.data_files is None or facts.delete_files is None:
+        return True, "its snapshot summary has no file totals"
+    if facts.delete_files:
+        return True, f"{facts.delete_files} delete files"
+    bound, basis = facts.data_files, f"{facts.data_files} data files in all"
+    if last_read is not None and last_read.snapshot_id in facts.added_since:
+        since = last_read.max_small_files + facts.added_since[last_read.snapshot_id]
+        if since < bound:
+            bound = since
+            basis = (f"at most {last_read.max_small_files} small in a partition at the last read, "
+                     f"{facts.added_since[last_read.snapshot_id]} data files added since")  # fmt: skip
+    if bound >= triggers.min_small_files:
+        return True, f"up to {bound} small files in a partition ({basis}; needs {triggers.min_small_files})"
+    return False, f"healthy: no delete files, {basis} (a partition needs {triggers.min_small_files} small files)"

@@ -12,14 +12,14 @@ the record with the table's health after, the seconds the gate was closed and th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_iceberg.health import HealthTriggers, PartitionHealth, make_plan, read_health, target_file_size
+from airflow_iceberg.health import HealthTriggers, plan_table, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
@@ -42,34 +42,16 @@ def _check_predicates(predicates: Mapping[str, str | None]) -> None:
             check_predicate(predicate, f"the plan's where for {procedure}")
 
 
-def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:
-    """Whether a partition can hold rows matching ``where`` (its projection on the partition spec, by pyiceberg).
-
-    None when pyiceberg cannot evaluate ``where``: every partition is then in scope, and Spark applies it.
-    """
-    from pyiceberg.expressions.visitors import expression_evaluator, inclusive_projection
-    from pyiceberg.schema import Schema
-    from pyiceberg.typedef import Record
-
-    from airflow_iceberg.predicates import PredicateError, parse_predicate, to_pyiceberg
-
-    schema, specs = iceberg_table.schema(), iceberg_table.specs()
-    try:
-        expression = to_pyiceberg(parse_predicate(where), schema)
-    except PredicateError:
-        return None
-    evaluators: dict[int, Callable[[Any], bool]] = {}
-
-    def in_scope(partition: PartitionHealth) -> bool:
-        evaluate = evaluators.get(partition.spec_id)
-        if evaluate is None:
-            spec = specs[partition.spec_id]
-            projected = inclusive_projection(schema, spec)(expression)
-            evaluate = expression_evaluator(Schema(*spec.partition_type(schema).fields), projected, True)
-            evaluators[partition.spec_id] = evaluate
-        return evaluate(Record(*partition.values))
-
-    return in_scope
+def health_watch_reasons(context: Mapping[str, Any]) -> list[str]:
+    """Why the health watch started this run, from the asset events that triggered it (empty for other runs)."""
+    reasons = []
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            payload = (event.extra or {}).get("payload")
+            if isinstance(payload, Mapping) and "reason" in payload:
+                reasons.append(f"{payload['reason']} (snapshot {payload.get('snapshot_id')}, checked at "
+                               f"{payload.get('checked_at')})")  # fmt: skip
+    return reasons
 
 
 class PlanCompactionOperator(ShortCircuitOperator):
@@ -130,18 +112,12 @@ class PlanCompactionOperator(ShortCircuitOperator):
         iceberg_table = _load(self.iceberg_conn_id, self.table)
         triggers = self.triggers or HealthTriggers()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
-        health = read_health(iceberg_table, str(self.table), small_file_ratio=triggers.small_file_ratio,
-                             target=target_file_size(iceberg_table, options))  # fmt: skip
-        scopes = {p: partition_scope(iceberg_table, w) for p, w in predicates.items() if w}
-        plan = make_plan(
-            health,
-            triggers,
-            predicates,
-            in_scope={p: s for p, s in scopes.items() if s is not None},
-            force=overrides.force or self.triggers is None,
-        )
+        health, plan = plan_table(iceberg_table, str(self.table), triggers, predicates, options,
+                                  force=overrides.force or self.triggers is None)  # fmt: skip
         if self.triggers is None and not overrides.force:
             plan.decision, plan.reason = self.without_health
+        for watched in health_watch_reasons(context):
+            self.log.info("Started by the health watch: %s", watched)
         _check_predicates(plan.predicates)
         self.log.info("Health of %s read in %.2f s: %s", self.table, health.read_seconds,
                       json.dumps({k: v for k, v in plan.health.items() if k != "unhealthy"}))  # fmt: skip
