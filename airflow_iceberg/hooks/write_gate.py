@@ -80,6 +80,21 @@ _RUN_INSERT = f"""INSERT INTO {RUN_TABLE} ({", ".join(RUN_COLUMNS)}, finished_at
 _RUN_SELECT = f"""SELECT id, {", ".join(RUN_COLUMNS)}, started_at, finished_at FROM {RUN_TABLE}
     WHERE table_name = %s ORDER BY id"""
 
+# The health watch's last check of each table (triggers/table_health.py): one upsert per sweep for all of them.
+HEALTH_TABLE = "iceberg_health_check"
+HEALTH_COLUMNS = ("table_name", "snapshot_id", "decision", "reason", "reading")
+_HEALTH_UPSERT = f"""INSERT INTO {HEALTH_TABLE} ({", ".join(HEALTH_COLUMNS)}, checked_at, started_at)
+    VALUES ({", ".join(["%s"] * len(HEALTH_COLUMNS))}, NOW(6), IF(%s, NOW(6), NULL))
+    ON DUPLICATE KEY UPDATE {", ".join(f"{c} = VALUES({c})" for c in HEALTH_COLUMNS[1:])}, checked_at = NOW(6),
+    started_at = IF(VALUES(decision) = 'started', NOW(6), started_at)"""
+_HEALTH_SELECT = f"SELECT {', '.join(HEALTH_COLUMNS)}, checked_at, started_at FROM {HEALTH_TABLE}"
+# The newest run record of each table, and how long ago it ended (or began, if it never ended), by the database
+# clock. The IN list holds one placeholder per table.
+_LAST_RUNS = f"""SELECT r.table_name, r.dag_id, r.run_id, r.decision, r.outcome, r.started_at, r.finished_at,
+    TIMESTAMPDIFF(MICROSECOND, COALESCE(r.finished_at, r.started_at), NOW(6)) / 1e6 AS seconds_ago
+    FROM {RUN_TABLE} r JOIN (SELECT MAX(id) AS id FROM {RUN_TABLE} WHERE table_name IN ({{}}) GROUP BY table_name) n
+    ON r.id = n.id"""
+
 # Spark slots (tables with spark_pool_slots): at most N tables of one Spark connection have their gate closed at
 # once. A run asks from close_gate, before it pauses anyone; the Spark connection's row lock orders the askers.
 SLOT_CONN_TABLE = "iceberg_spark_conn"
@@ -653,3 +668,41 @@ class WriteGateHook(BaseHook):
         for row in rows:
             row["started_at"], row["finished_at"] = _utc(row["started_at"]), _utc(row["finished_at"])
         return rows
+
+    def record_health_checks(self, checks: list[Mapping[str, Any]]) -> None:
+        """Write each table's latest health check (``HEALTH_COLUMNS``), stamped with the database clock.
+
+        A check whose decision is ``started`` also stamps ``started_at``: the watch started a run for it.
+        """
+        if not checks:
+            return
+        rows = [(*(str(c[k]) if k == "table_name" else c.get(k) for k in HEALTH_COLUMNS),
+                 c["decision"] == "started") for c in checks]  # fmt: skip
+        with self._transaction() as cursor:
+            cursor.executemany(_HEALTH_UPSERT, rows)
+
+    def health_checks(self, table: TableName | str | None = None) -> dict[str, dict[str, Any]]:
+        """Every table's latest health check (or only ``table``'s), by table name, times in UTC."""
+        with self._transaction() as cursor:
+            if table is None:
+                cursor.execute(_HEALTH_SELECT)
+            else:
+                cursor.execute(f"{_HEALTH_SELECT} WHERE table_name = %s", (str(TableName.of(table)),))
+            rows = list(cursor.fetchall())
+        for row in rows:
+            row["checked_at"], row["started_at"] = _utc(row["checked_at"]), _utc(row["started_at"])
+        return {row["table_name"]: row for row in rows}
+
+    def last_runs(self, tables: list[TableName | str]) -> dict[str, dict[str, Any]]:
+        """The newest run record of each of ``tables`` that has one, with ``seconds_ago``: since it ended, or
+        since it began if it never ended."""
+        names = sorted({str(TableName.of(t)) for t in tables})
+        if not names:
+            return {}
+        with self._transaction() as cursor:
+            cursor.execute(_LAST_RUNS.format(", ".join(["%s"] * len(names))), names)
+            rows = list(cursor.fetchall())
+        for row in rows:
+            row["started_at"], row["finished_at"] = _utc(row["started_at"]), _utc(row["finished_at"])
+            row["seconds_ago"] = float(row["seconds_ago"])
+        return {row["table_name"]: row for row in rows}

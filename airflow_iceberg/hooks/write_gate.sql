@@ -98,3 +98,14 @@ CREATE TABLE IF NOT EXISTS iceberg_spark_queue (
     admitted_at   TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'got a slot: holds it while its run holds the gate',
     KEY iceberg_spark_queue_conn (spark_conn_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 6: what the health watch last decided for each table (written by the triggerer, never by writers)
+CREATE TABLE IF NOT EXISTS iceberg_health_check (
+    table_name  VARCHAR(400)  NOT NULL PRIMARY KEY COMMENT 'catalog.namespace.table',
+    checked_at  TIMESTAMP(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6) COMMENT 'the sweep that last looked at it',
+    snapshot_id BIGINT        NULL COMMENT 'its current snapshot then',
+    decision    VARCHAR(16)   NOT NULL COMMENT 'healthy, needs_work, started, waiting, unreachable or error',
+    reason      VARCHAR(1000) NOT NULL,
+    reading     VARCHAR(16)   NOT NULL COMMENT 'what the check read: listing, metadata or manifests',
+    started_at  TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'when the watch last started a run for it'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
