@@ -173,19 +173,33 @@ class FullRewriteConfig(BaseModel):
 class HealthConfig(BaseModel):
     """When the compaction DAG rewrites at all: triggers read from table metadata (see ``health.HealthTriggers``).
 
-    With ``enabled: false`` every run closes the gate and rewrites, as before health planning.
+    With ``enabled: false`` every run closes the gate and rewrites, as before health planning. With ``watch`` (the
+    default, and only with ``enabled``), the triggerer sweeps the catalog every ``poll_interval`` seconds and starts
+    a run when the table needs work by these triggers (``triggers/table_health.py``); the table's ``schedule``, if
+    any, runs as well, as a safety net.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
+    watch: bool = Field(
+        default=True,
+        description="Watch health in the triggerer and start a run when the table needs work (an asset-scheduled "
+        "DAG); false: only the table's schedule and manual runs",
+    )
+    poll_interval: float = Field(
+        default=60, ge=5, description="Seconds between sweeps of the catalog; tables with the same one share a sweep"
+    )
+    cooldown_minutes: float = Field(
+        default=10, ge=0, description="No watch-started run sooner than this after the table's last run ended"
+    )
     small_file_ratio: float = Field(default=0.75, gt=0, le=1, description="Small: below this share of the target")
     min_small_files: int = Field(default=12, ge=1, description="Small files in a partition that trigger a rewrite")
     max_delete_ratio: float = Field(default=0.1, gt=0, description="Delete records per data record that trigger one")
     max_delete_age_minutes: float = Field(default=60.0, ge=0, description="A delete file this old triggers one")
 
     def triggers(self) -> HealthTriggers:
-        return HealthTriggers(**self.model_dump(exclude={"enabled"}))
+        return HealthTriggers(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
 
 
 class TableCareConfig(BaseModel):
@@ -299,6 +313,15 @@ class TableConfig(BaseModel):
         except InvalidCallError as error:
             raise ValueError(str(error)) from None
         return value
+
+    @model_validator(mode="after")
+    def _schedule_goes_with_the_watch(self) -> TableConfig:
+        if self.health.enabled and self.health.watch and self.schedule in ("@once", "@continuous"):
+            raise ValueError(
+                f"schedule {self.schedule!r} cannot go with the health watch: give a cron expression or preset as a "
+                "safety net, or set health.watch: false"
+            )
+        return self
 
     @model_validator(mode="after")
     def _pause_covers_the_wait(self) -> TableConfig:

@@ -14,11 +14,12 @@ it again before it starts. So:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, BaseOperator, chain
+from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, chain
 
 from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, TableList, load_table_list, spark_pool_name
@@ -207,13 +208,41 @@ def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
     return DAG(dag_id=dag_id, max_active_runs=1, tags=["iceberg", config.table.catalog], params=run_params(), **kwargs)
 
 
+def compaction_schedule(config: TableConfig) -> Any:
+    """The compaction DAG's schedule: the table's health watch (an Asset), its cron, or both (either starts a run).
+
+    Without a watch (``health.watch: false``, or health planning off) it is the table's ``schedule`` alone.
+    """
+    health = config.health
+    if not (health.enabled and health.watch):
+        return config.schedule
+    from airflow_iceberg.triggers.table_health import TableHealthTrigger, health_asset
+
+    target = config.rewrite_data_files.get("target-file-size-bytes")
+    trigger = TableHealthTrigger(
+        table=str(config.table),
+        dag_id=compaction_dag_id(config.table),
+        iceberg_conn_id=config.catalog_conn_id,
+        write_gate_conn_id=config.write_gate_conn_id,
+        poll_interval=health.poll_interval,
+        triggers=asdict(health.triggers()),
+        where={procedure: config.where_for(procedure) for procedure in REWRITE_PROCEDURES},
+        options={} if target is None else {"target-file-size-bytes": target},
+        cooldown_minutes=health.cooldown_minutes,
+    )
+    asset = health_asset(trigger)
+    if config.schedule is None:
+        return [asset]
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(config.schedule, timezone="UTC"), assets=asset)
+
+
 def build_compaction_dag(config: TableConfig) -> DAG:
     """Plan from health, then close_gate >> wait >> rewrite_files (data files, then position deletes) >> open_gate."""
     dag = _dag(
         compaction_dag_id(config.table),
         config,
         description=f"Gated compaction of {config.table}",
-        schedule=config.schedule,
+        schedule=compaction_schedule(config),
         start_date=START_DATE,
         catchup=False,
         doc_md=docs.compaction_dag(config),

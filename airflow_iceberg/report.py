@@ -47,6 +47,7 @@ class TableSummary:
     health: Health | None
     runs: list[dict[str, Any]]  # run records, oldest first
     errors: tuple[str, ...] = ()  # what could not be read, and why
+    check: dict[str, Any] | None = None  # the health watch's last check (``iceberg_health_check``), if any
 
     @property
     def last_compaction(self) -> dict[str, Any] | None:
@@ -69,10 +70,11 @@ def _summarize(config: Any) -> TableSummary:
     table: TableName = config.table
     errors: list[str] = []
     gate_hook = WriteGateHook(config.write_gate_conn_id)
-    gate = runs = health = None
+    gate = runs = health = check = None
     try:
         gate = gate_hook.get_state(table)
         runs = gate_hook.run_records(table)
+        check = gate_hook.health_checks(table).get(str(table))
     except Exception as error:
         errors.append(f"gate: {type(error).__name__}: {error}")
     try:
@@ -89,7 +91,7 @@ def _summarize(config: Any) -> TableSummary:
         )
     except Exception as error:
         errors.append(f"health: {type(error).__name__}: {error}")
-    return TableSummary(str(table), gate, health, runs or [], tuple(errors))
+    return TableSummary(str(table), gate, health, runs or [], tuple(errors), check)
 
 
 # --- text ------------------------------------------------------------------------------------------------------
@@ -123,6 +125,14 @@ def health_line(health: Health) -> str:
     )
 
 
+def check_line(check: dict[str, Any] | None) -> str:
+    """When the health watch last checked the table, what it decided, and why."""
+    if check is None:
+        return "never (health watch off, or no sweep yet)"
+    started = f"; last started a run {_when(check['started_at'])}" if check.get("started_at") else ""
+    return f"{_when(check['checked_at'])}  {check['decision']}: {check['reason']} (read {check['reading']}){started}"
+
+
 def run_line(run: dict[str, Any]) -> str:
     def files(before: Any, after: Any) -> str:
         return f"{before if before is not None else '-'} -> {after if after is not None else '-'}"
@@ -145,6 +155,7 @@ def render_text(summaries: list[TableSummary]) -> str:
             summary.table,
             f"  gate             {gate_line(summary.gate) if summary.gate else '-'}",
             f"  health           {health_line(summary.health) if summary.health else '-'}",
+            f"  last check       {check_line(summary.check)}",
             f"  last compaction  {run_line(summary.last_compaction) if summary.last_compaction else 'none recorded'}",
             f"  runs             {len(summary.runs)}: "
             + ", ".join(f"{outcomes.count(o)} {o}" for o in ("success", "skipped", "failed", "dry_run")),
@@ -230,9 +241,9 @@ _PAGE = """<!doctype html>
 <style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;
 padding:4px 8px;text-align:left} img{display:block;margin:1em 0}</style></head><body>
 <h1>Iceberg tables</h1><p>Written {{ written }}.</p>
-<table><tr><th>table</th><th>gate</th><th>health</th><th>last compaction</th></tr>
+<table><tr><th>table</th><th>gate</th><th>health</th><th>last check</th><th>last compaction</th></tr>
 {% for s in summaries %}<tr><td><a href="#{{ s.table }}">{{ s.table }}</a></td><td>{{ gate(s) }}</td>
-<td>{{ health(s) }}</td><td>{{ last(s) }}</td></tr>
+<td>{{ health(s) }}</td><td>{{ checked(s) }}</td><td>{{ last(s) }}</td></tr>
 {% endfor %}</table>
 {% for s in summaries %}<h2 id="{{ s.table }}">{{ s.table }}</h2>
 {% for error in s.errors %}<p>error: {{ error }}</p>{% endfor %}
@@ -256,6 +267,7 @@ def write_html(summaries: list[TableSummary], directory: Path, written: datetime
             written=_when(written),
             gate=lambda s: gate_line(s.gate) if s.gate else "-",
             health=lambda s: health_line(s.health) if s.health else "-",
+            checked=lambda s: check_line(s.check),
             last=lambda s: run_line(s.last_compaction) if s.last_compaction else "none recorded",
         )
     )

@@ -86,11 +86,13 @@ def _seconds(start: str, end: str) -> float:
 def _bench_settings() -> dict:
     """The shipped demo table's settings (rewrite options included), for the whole table, on demand only."""
     demo = next(t for t in load_table_list().tables if t.table == DEMO_TABLE)
+    settings = demo.model_dump(mode="json", exclude={"table", "where", "schedule", "full_rewrite"})
     return {
-        **demo.model_dump(mode="json", exclude={"table", "where", "schedule", "full_rewrite"}),
+        **settings,
         "idle_seconds": 2,
         "poke_interval": 1,
         "full_rewrite": {"schedule": None},
+        "health": {**settings["health"], "watch": False},  # runs on demand only: the bench starts each
     }
 
 

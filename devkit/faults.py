@@ -739,7 +739,8 @@ def bench_defaults() -> dict[str, Any]:
         "spark": demo.spark.model_dump(mode="json", exclude_none=True),
         "idle_seconds": 2,
         "poke_interval": 1,
-        "health": {"min_small_files": 2, "max_delete_age_minutes": 0},  # every run under a writer compacts
+        # Every run under a writer compacts; runs start on demand only (no health watch).
+        "health": {"min_small_files": 2, "max_delete_age_minutes": 0, "watch": False},
     }
 
 

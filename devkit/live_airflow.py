@@ -122,6 +122,7 @@ class LiveAirflow:
             if name.endswith("DAGBAG_IMPORT_TIMEOUT"):
                 del self.env[name]
         self.process: subprocess.Popen | None = None
+        self._triggerer: subprocess.Popen | None = None
         self._tokens: dict[str, str] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
@@ -146,6 +147,30 @@ class LiveAirflow:
         )
         self.wait_for("the api-server to answer", self._api_up, 300)
 
+    def restart_triggerer(self) -> int:
+        """SIGKILL the running triggerer (and its trigger runner), as a crash would, and start another in its place.
+
+        ``airflow standalone`` does not restart a component that died, so the new one runs beside it, with the same
+        environment, until :meth:`stop`. Returns the pid that was killed.
+        """
+        import psutil
+
+        assert self.process is not None
+        triggerers = [p for p in psutil.Process(self.process.pid).children(recursive=True)
+                      if "triggerer" in " ".join(p.cmdline()[:3])]  # fmt: skip
+        main = next(p for p in triggerers if p.parent() is None or p.parent().pid not in {t.pid for t in triggerers})
+        for process in [main, *main.children(recursive=True)]:
+            process.kill()
+        psutil.wait_procs([main], timeout=30)
+        self._triggerer = subprocess.Popen(
+            [AIRFLOW, "triggerer"],
+            env=self.env,
+            stdout=(self.home / "triggerer.log").open("a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return main.pid
+
     def _api_up(self) -> bool:
         try:
             return requests.get(f"{self.url}/api/v2/monitor/health", timeout=5).ok
@@ -153,6 +178,14 @@ class LiveAirflow:
             return False
 
     def stop(self) -> None:
+        if self._triggerer is not None:  # one restart_triggerer() started
+            os.killpg(self._triggerer.pid, signal.SIGTERM)
+            try:
+                self._triggerer.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._triggerer.pid, signal.SIGKILL)
+                self._triggerer.wait(30)
+            self._triggerer = None
         if self.process is None:
             return
         group = self.process.pid

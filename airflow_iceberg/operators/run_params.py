@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import jinja2
+import pendulum
 from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -170,6 +172,25 @@ class RunParamsError(AirflowFailException):
     """A run's Params or the table's predicate cannot be used for this run; retrying would not change that."""
 
 
+def time_context(when: datetime) -> dict[str, Any]:
+    """The names a predicate template may use for the run's date, as of ``when``, and Airflow's ``macros``.
+
+    A run the health watch starts is asset-triggered and has no logical date: its predicates render as of when it
+    was started (its ``run_after``), so ``{{ ds }}`` is that day. The watch renders them the same way.
+    """
+    from airflow.sdk.execution_time import macros
+
+    when = pendulum.instance(when).in_timezone("UTC")
+    return {"logical_date": when, "ds": when.to_date_string(), "ds_nodash": when.strftime("%Y%m%d"),
+            "ts": when.isoformat(), "ts_nodash": when.strftime("%Y%m%dT%H%M%S"), "macros": macros}  # fmt: skip
+
+
+def started_by_health_watch(context: Any) -> bool:
+    """Whether the run was started by an asset event, as the health watch starts them."""
+    run = context.get("dag_run")
+    return getattr(run, "run_type", None) == "asset_triggered"
+
+
 def render_predicate(operator: Any, template: str | None, context: Any, what: str) -> str | None:
     """``template`` rendered for this run, or :class:`RunParamsError` with a sentence that says why not.
 
@@ -179,6 +200,8 @@ def render_predicate(operator: Any, template: str | None, context: Any, what: st
     """
     if not template:
         return None
+    if context.get("logical_date") is None and started_by_health_watch(context):
+        context = {**context, **time_context(context["dag_run"].run_after)}
     # Strict whatever the DAG says: an undefined name must fail here, not become '' inside a predicate.
     strict = operator.get_template_env().overlay(undefined=jinja2.StrictUndefined)
     try:

@@ -38,10 +38,10 @@ _LIST = """<!doctype html>
 <p>{{ shown }} of {{ total }} tables{% if pages > 1 %}, page {{ page }} of {{ pages }}
 {% if page > 1 %}<a href="{{ list_url }}?q={{ q|urlencode }}&page={{ page - 1 }}">previous</a>{% endif %}
 {% if page < pages %}<a href="{{ list_url }}?q={{ q|urlencode }}&page={{ page + 1 }}">next</a>{% endif %}{% endif %}</p>
-<table id="tables"><tr><th>table</th><th>gate</th><th>health</th><th>last compaction</th></tr>
+<table id="tables"><tr><th>table</th><th>gate</th><th>health</th><th>last check</th><th>last compaction</th></tr>
 {% for row in rows %}<tr data-table="{{ row.table }}" data-gate="{{ row.gate_state }}">
 <td><a href="{{ row.url }}">{{ row.table }}</a></td><td>{{ row.gate }}</td><td>{{ row.health }}</td>
-<td>{{ row.last }}</td></tr>
+<td class="check">{{ row.check }}</td><td>{{ row.last }}</td></tr>
 {% endfor %}</table></body></html>
 """
 
@@ -58,6 +58,7 @@ _TABLE = """<!doctype html>
 <label>Reason <input name="reason" required size="60" placeholder="why writers must resume now"></label>
 <button type="submit">Force open</button></form>{% endif %}
 <h2>Health</h2><p id="health">{{ health }}</p>
+<p id="check">Last check by the health watch: {{ check }}</p>
 {% for error in errors %}<p class="error">{{ error }}</p>{% endfor %}
 <h2>History</h2>
 {% for url in charts %}<img src="{{ url }}" alt="{{ url }}">{% endfor %}
@@ -160,6 +161,7 @@ def build_app() -> Any:
                 "gate_state": gate_state(s),
                 "gate": gate_html(s),
                 "health": report.health_line(s.health) if s.health else "; ".join(s.errors) or "-",
+                "check": report.check_line(s.check),
                 "last": report.run_line(s.last_compaction) if s.last_compaction else "none recorded",
             }
             for s in report.summarize(shown)
@@ -198,6 +200,7 @@ def build_app() -> Any:
             may_force_open=owner is not None and _may(user, "PUT", compaction_dag_id(config.table)),
             force_open_url=str(request.url_for("force_open", table=summary.table)),
             health=report.health_line(summary.health) if summary.health else "-",
+            check=report.check_line(summary.check),
             errors=summary.errors,
             charts=[str(request.url_for("chart", table=summary.table, chart=c)) for c in report.CHARTS],
             runs=runs,

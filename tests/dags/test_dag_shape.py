@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 from airflow.sdk import TriggerRule
+from pydantic import ValidationError
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
@@ -121,7 +123,7 @@ def test_table_settings_reach_the_tasks():
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
     assert rewrite.write_gate_conn_id == "gate_prod"
-    assert dag.schedule == "@hourly"
+    assert dag.schedule.timetable.expression == "0 * * * *"  # @hourly, with the health watch by default
 
 
 def test_the_table_name_is_parsed_once_and_every_task_holds_that_value():
@@ -234,3 +236,38 @@ def test_every_task_says_what_it_does_and_what_to_do_when_it_fails_and_the_dag_l
         assert "| `idle_seconds` | `300` |" in dag.doc_md
         assert "spark.secret.key" in dag.doc_md and "s3cr3t" not in dag.doc_md
         assert "What a closed gate means for writers" in dag.doc_md
+
+
+def test_by_default_the_compaction_dag_runs_on_its_tables_health_watch():
+    dag = make_dag()
+    (asset,) = dag.schedule
+    (watcher,) = asset.watchers
+    trigger = watcher.trigger
+    assert asset.name == "iceberg_health__lake__sales__orders"
+    assert (trigger.table, trigger.dag_id) == ("lake.sales.orders", dag.dag_id)
+    assert trigger.shared_stream_key()[1:] == ("lake", "write_gate_default", 60.0)
+    assert trigger.triggers == {"small_file_ratio": 0.75, "min_small_files": 12, "max_delete_ratio": 0.1,
+                                "max_delete_age_minutes": 60.0}  # fmt: skip
+
+
+def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():
+    dag = make_dag(schedule="@daily", health={"poll_interval": 30, "cooldown_minutes": 2, "min_small_files": 5})
+    assert dag.schedule.timetable.expression == "0 0 * * *"  # @daily
+    (watcher,) = dag.schedule.asset_condition.watchers
+    assert (watcher.trigger.poll_interval, watcher.trigger.cooldown_minutes) == (30.0, 2.0)
+    assert watcher.trigger.triggers["min_small_files"] == 5
+
+
+def test_without_the_watch_the_schedule_is_the_cron_alone():
+    assert make_dag(schedule="@hourly", health={"watch": False}).schedule == "@hourly"
+    assert make_dag(health={"watch": False}).schedule is None
+    assert make_dag(schedule="@hourly", health={"enabled": False}).schedule == "@hourly"
+
+
+def test_the_full_rewrite_keeps_its_cron():
+    assert make_full_rewrite_dag().schedule == "@daily"
+
+
+def test_a_once_schedule_cannot_go_with_the_watch_and_the_error_says_what_to_do():
+    with pytest.raises(ValidationError, match="cannot go with the health watch.*health.watch: false"):
+        TableConfig.model_validate({"table": "lake.db.t", "schedule": "@once"})

@@ -66,9 +66,10 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     assert row.get_attribute("data-gate") == "closed"
     cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
     assert cells[1].startswith(f"closed by dag {HOLDER.dag_id} run {HOLDER.run_id}, lease ")
+    assert cells[3] == "never (health watch off, or no sweep yet)"  # the suite's tables are not watched
     compacted = records[1]
-    assert cells[3].startswith(compacted["started_at"].strftime("%Y-%m-%d %H:%M:%S UTC"))
-    assert f"data files {compacted['data_files_before']} -> {compacted['data_files_after']}" in cells[3]
+    assert cells[4].startswith(compacted["started_at"].strftime("%Y-%m-%d %H:%M:%S UTC"))
+    assert f"data files {compacted['data_files_before']} -> {compacted['data_files_after']}" in cells[4]
     assert "data files" in cells[2] and "delete files" in cells[2]
     BUILD.mkdir(exist_ok=True)
     browser.save_screenshot(str(BUILD / "iceberg-tables-list.png"))

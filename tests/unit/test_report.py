@@ -46,7 +46,18 @@ def test_the_text_names_the_last_compaction_not_the_last_run():
         "lake.db.t",
         "  gate             -",
         "  health           6 data files (5 small), 0 delete files, average 0.62 MB",
+        "  last check       never (health watch off, or no sweep yet)",
         "  last compaction  2026-11-25 03:00:00 UTC  compact  success  data files 40 -> 4  delete files 8 -> 0  "
         "paused 31.2 s",
         "  runs             3: 1 success, 1 skipped, 1 failed, 0 dry_run",
     ]
+
+
+def test_the_text_says_when_the_watch_last_checked_and_what_it_decided():
+    check = {"checked_at": T0, "decision": "waiting", "reason": "1 of 1 partitions need work; waits: a run is queued",
+             "reading": "listing", "started_at": T0 - timedelta(minutes=2)}  # fmt: skip
+    text = render_text([TableSummary("lake.db.t", None, None, [], (), check)])
+    assert (
+        "  last check       2026-11-25 03:00:00 UTC  waiting: 1 of 1 partitions need work; waits: a run is queued "
+        "(read listing); last started a run 2026-11-25 02:58:00 UTC"
+    ) in text.splitlines()

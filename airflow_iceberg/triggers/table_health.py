@@ -1,0 +1,382 @@
+"""Table health watched in the triggerer: a compaction run starts only for a table that needs work.
+
+Each table's compaction DAG is scheduled on an Asset (:func:`health_asset`) whose ``AssetWatcher`` runs a
+:class:`TableHealthTrigger`. The watchers of one catalog (same Iceberg connection, gate connection and poll
+interval) share one poll loop, a :class:`CatalogSweep`, through Airflow's ``shared_stream_key``: one sweep per
+interval for the whole catalog, not one poller per table.
+
+A sweep, for every watched table:
+
+- lists the catalog's tables with their metadata locations: for a SQL (JDBC) catalog one query over its table
+  rows; for any other catalog one ``load_table`` per table, the cheapest call such catalogs offer;
+- reads a table's metadata file (its JSON, without building pyiceberg's model) only when that location changed
+  since the last sweep, and its manifests only when the snapshot summary's totals say it may need work
+  (:func:`airflow_iceberg.health.screen`); a table whose snapshot did not change keeps its last decision;
+- decides by :func:`airflow_iceberg.health.plan_table`, the rule ``plan_compaction`` applies when the run starts;
+- starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
+  or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago: one event per need;
+- writes what it decided for each table to the gate database (``iceberg_health_check``), for the fleet page and
+  ``airflow-iceberg report``.
+
+Catalog and database calls are synchronous and run in a thread, off the triggerer's event loop. A catalog or a
+gate database that cannot be reached makes the sweep log, record and wait for the next interval; it never raises
+into the triggerer. What a sweep remembers is only a cache: after a triggerer restart the first sweep reads every
+table's metadata again, and the hold-back rules above read Airflow's runs and the gate database's run records, so
+a restart neither forgets a table that needs work nor starts a second run for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Hashable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.sdk import Asset, AssetWatcher
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from airflow_iceberg.health import HealthTriggers, ManifestRead, SnapshotFacts, plan_table, screen
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+
+#: The first element of every health watch's shared-stream key.
+HEALTH_STREAM = "airflow-iceberg-table-health"
+#: The run states in which a table's run counts as pending: no second run is started meanwhile.
+PENDING_RUN_STATES = ["queued", "running"]
+
+# The watchers subscribed to each shared stream, by table: the sweep checks each with its own settings. Filled and
+# emptied by TableHealthTrigger.filter_shared_stream, in the triggerer's one event loop.
+_WATCHERS: dict[Hashable, dict[str, TableHealthTrigger]] = {}
+
+
+def health_asset_name(table: TableName) -> str:
+    """``iceberg_health__<catalog>__<namespace>__<table>``: the Asset a table's health watch updates."""
+    return f"iceberg_health__{table.catalog}__{table.namespace}__{table.table}"
+
+
+def health_asset(trigger: TableHealthTrigger) -> Asset:
+    """The Asset whose watcher runs ``trigger``; a DAG scheduled on it runs when the table needs work."""
+    name = health_asset_name(TableName.parse(trigger.table))
+    return Asset(name=name, group="iceberg-health", watchers=[AssetWatcher(name=name, trigger=trigger)])
+
+
+class TableHealthTrigger(BaseEventTrigger):
+    """Fire when ``table`` needs work by its health triggers, at most once per need (see the module doc).
+
+    The event's payload, which becomes the asset event's extra, says why: ``{"table", "snapshot_id", "reason",
+    "partitions", "checked_at"}``.
+
+    :param table: The table, ``catalog.namespace.table``.
+    :param dag_id: The DAG the event runs: a run of it queued or running holds the next event back.
+    :param iceberg_conn_id: Iceberg connection of the table's catalog.
+    :param write_gate_conn_id: Connection of the gate's database: run records and where checks are written.
+    :param poll_interval: Seconds between sweeps of the catalog.
+    :param triggers: The table's health triggers (``HealthTriggers`` fields).
+    :param where: Per procedure, its predicate template; rendered as of the sweep, as a watch-started run
+        renders it as of when it was started.
+    :param options: The ``rewrite_data_files`` options (the target file size defines small files).
+    :param cooldown_minutes: No event sooner than this after the table's last run ended, or after the last event.
+    """
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        dag_id: str,
+        iceberg_conn_id: str,
+        write_gate_conn_id: str,
+        poll_interval: float,
+        triggers: Mapping[str, Any],
+        where: Mapping[str, str | None],
+        options: Mapping[str, Any] | None = None,
+        cooldown_minutes: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.table = str(table)
+        self.dag_id = dag_id
+        self.iceberg_conn_id = iceberg_conn_id
+        self.write_gate_conn_id = write_gate_conn_id
+        self.poll_interval = float(poll_interval)
+        self.triggers = dict(triggers)
+        self.where = dict(where)
+        self.options = dict(options or {})
+        self.cooldown_minutes = float(cooldown_minutes)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table": self.table,
+                "dag_id": self.dag_id,
+                "iceberg_conn_id": self.iceberg_conn_id,
+                "write_gate_conn_id": self.write_gate_conn_id,
+                "poll_interval": self.poll_interval,
+                "triggers": self.triggers,
+                "where": self.where,
+                "options": self.options,
+                "cooldown_minutes": self.cooldown_minutes,
+            },
+        )
+
+    def shared_stream_key(self) -> Hashable:
+        """One sweep per catalog, gate database and poll interval."""
+        return stream_key(self.iceberg_conn_id, self.write_gate_conn_id, self.poll_interval)
+
+    @classmethod
+    async def open_shared_stream(cls, kwargs: dict[str, Any]) -> AsyncIterator[Any]:
+        sweep = CatalogSweep(kwargs["iceberg_conn_id"], kwargs["write_gate_conn_id"], float(kwargs["poll_interval"]))
+        async for result in sweep.stream():
+            yield result
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        key = self.shared_stream_key()
+        _WATCHERS.setdefault(key, {})[self.table] = self
+        try:
+            async for sweep in shared_stream:
+                payload = sweep["started"].get(self.table)
+                if payload is not None:
+                    yield TriggerEvent(payload)
+        finally:
+            watchers = _WATCHERS.get(key, {})
+            if watchers.get(self.table) is self:
+                del watchers[self.table]
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Without the triggerer's shared streams (unit tests), the same sweep for this table alone."""
+        async for event in self.filter_shared_stream(type(self).open_shared_stream(self.serialize()[1])):
+            yield event
+
+
+def stream_key(iceberg_conn_id: str, write_gate_conn_id: str, poll_interval: float) -> tuple[str, str, str, float]:
+    return (HEALTH_STREAM, iceberg_conn_id, write_gate_conn_id, float(poll_interval))
+
+
+@dataclass
+class Check:
+    """What one sweep decided for one table."""
+
+    table: str
+    decision: str  # healthy, needs_work, started, waiting, unreachable or error
+    reason: str
+    reading: str = "listing"  # what it read: listing, metadata or manifests
+    snapshot_id: int | None = None
+    partitions: dict[str, list[str]] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {"table_name": self.table, "snapshot_id": self.snapshot_id, "decision": self.decision,
+                "reason": self.reason[:1000], "reading": self.reading}  # fmt: skip
+
+
+@dataclass
+class TableMemory:
+    """What a sweep keeps of one table until the next: a cache, rebuilt from the catalog after a restart."""
+
+    location: str
+    facts: SnapshotFacts
+    last_read: ManifestRead | None = None
+    started_at: float | None = None  # monotonic time of the last event
+
+
+class CatalogSweep:
+    """The poll loop shared by the health watchers of one catalog (see the module doc)."""
+
+    def __init__(self, iceberg_conn_id: str, write_gate_conn_id: str, poll_interval: float) -> None:
+        import logging
+
+        self.iceberg_conn_id = iceberg_conn_id
+        self.write_gate_conn_id = write_gate_conn_id
+        self.poll_interval = poll_interval
+        self.key = stream_key(iceberg_conn_id, write_gate_conn_id, poll_interval)
+        self.memory: dict[str, TableMemory] = {}
+        self.log = logging.getLogger(__name__)
+        self._catalog: Any = None
+
+    async def stream(self) -> AsyncIterator[dict[str, Any]]:
+        """Sweep every ``poll_interval`` seconds, forever; yield each sweep's ``{"swept_at", "started"}``."""
+        while True:
+            began = time.monotonic()
+            watchers = list(_WATCHERS.get(self.key, {}).values())
+            if watchers:
+                try:
+                    yield await self.sweep(watchers)
+                except Exception:  # a bug here must not end every watcher of the catalog: log, sweep again later
+                    self.log.exception("Health sweep of Iceberg connection %r failed", self.iceberg_conn_id)
+            await asyncio.sleep(max(1.0, self.poll_interval - (time.monotonic() - began)))
+
+    async def sweep(self, watchers: list[TableHealthTrigger]) -> dict[str, Any]:
+        began = time.monotonic()
+        checks = await asyncio.to_thread(self.check_all, watchers)
+        by_table = {w.table: w for w in watchers}
+        due = [c for c in checks if c.decision == "needs_work"]
+        if due:
+            await self.hold_back(due, by_table)
+        try:
+            await asyncio.to_thread(self._gate().record_health_checks, [c.row() for c in checks])
+        except Exception as error:
+            self.log.warning("Could not record the health checks in %r: %s", self.write_gate_conn_id, _say(error))
+        counts: dict[str, int] = {}
+        for check in checks:
+            counts[check.decision] = counts.get(check.decision, 0) + 1
+            counts[f"read {check.reading}"] = counts.get(f"read {check.reading}", 0) + 1
+        self.log.info("Health sweep of %r: %d tables in %.2f s: %s", self.iceberg_conn_id, len(checks),
+                      time.monotonic() - began, ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))  # fmt: skip
+        now = datetime.now(timezone.utc).isoformat()
+        started = {c.table: {"table": c.table, "snapshot_id": c.snapshot_id, "reason": c.reason,
+                             "partitions": c.partitions, "checked_at": now}
+                   for c in checks if c.decision == "started"}  # fmt: skip
+        return {"swept_at": now, "started": started}
+
+    # --- reading the catalog (in a thread) ---------------------------------------------------------------------
+
+    def check_all(self, watchers: list[TableHealthTrigger]) -> list[Check]:
+        try:
+            locations = self.list_locations([TableName.parse(w.table) for w in watchers])
+        except Exception as error:
+            self._catalog = None  # connect afresh next time
+            reason = f"catalog of Iceberg connection {self.iceberg_conn_id!r} unreachable: {_say(error)}"
+            self.log.warning("%s; every table of it waits for the next sweep", reason)
+            return [Check(w.table, "unreachable", reason) for w in watchers]
+        checks = []
+        for watcher in watchers:
+            try:
+                checks.append(self.check(watcher, locations.get(watcher.table)))
+            except Exception as error:
+                self.log.warning("Health check of %s failed: %s", watcher.table, _say(error))
+                checks.append(Check(watcher.table, "error", f"could not read its health: {_say(error)}"))
+        return checks
+
+    def catalog(self) -> Any:
+        if self._catalog is None:
+            from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+            self._catalog = IcebergHook(self.iceberg_conn_id).catalog
+        return self._catalog
+
+    def list_locations(self, tables: list[TableName]) -> dict[str, str | None]:
+        """Each table's current metadata location (None if the catalog does not have it)."""
+        from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+        from sqlalchemy import select
+
+        catalog = self.catalog()
+        if isinstance(catalog, SqlCatalog):
+            columns = (IcebergTables.table_namespace, IcebergTables.table_name, IcebergTables.metadata_location)
+            query = select(*columns).where(IcebergTables.catalog_name == catalog.name)
+            with catalog.engine.connect() as connection:
+                rows = {(ns, name): location for ns, name, location in connection.execute(query)}
+            return {str(t): rows.get((t.namespace, t.table)) for t in tables}
+        from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+        locations: dict[str, str | None] = {}
+        for table in tables:
+            try:
+                locations[str(table)] = catalog.load_table(table.in_catalog).metadata_location
+            except (NoSuchTableError, NoSuchNamespaceError):
+                locations[str(table)] = None
+        return locations
+
+    def read_facts(self, location: str) -> SnapshotFacts:
+        """The current snapshot's facts from the metadata file's JSON."""
+        from pyiceberg.io import load_file_io
+        from pyiceberg.serializers import Compressor
+
+        io = load_file_io(self.catalog().properties, location)
+        with io.new_input(location).open() as raw, Compressor.get_compressor(location).stream_decompressor(raw) as f:
+            return SnapshotFacts.from_metadata(json.load(f))
+
+    def check(self, watcher: TableHealthTrigger, location: str | None) -> Check:
+        table = watcher.table
+        if location is None:
+            self.memory.pop(table, None)
+            return Check(
+                table, "error", f"{table} is not in the catalog of Iceberg connection {self.iceberg_conn_id!r}"
+            )
+        memory, reading = self.memory.get(table), "listing"
+        if memory is None or memory.location != location:
+            facts, reading = self.read_facts(location), "metadata"
+            memory = self.memory[table] = TableMemory(location, facts, memory.last_read if memory else None,
+                                                      memory.started_at if memory else None)  # fmt: skip
+        triggers = HealthTriggers(**watcher.triggers)
+        snapshot_id, last_read = memory.facts.snapshot_id, memory.last_read
+        now_ms = int(time.time() * 1000)
+        if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(triggers, now_ms):
+            must_read, why = screen(memory.facts, last_read, triggers)
+            if not must_read:
+                return Check(table, "healthy", why, reading, snapshot_id)
+            iceberg_table = self.catalog().load_table(TableName.parse(table).in_catalog)
+            where = {procedure: render_at(template, datetime.now(timezone.utc)) for procedure, template
+                     in watcher.where.items()}  # fmt: skip
+            health, plan = plan_table(iceberg_table, table, triggers, where, watcher.options)
+            memory.last_read = last_read = ManifestRead.of(health, plan)
+            reading = "manifests"
+        plan = last_read.plan
+        if plan.decision == "compact":
+            return Check(table, "needs_work", plan.reason, reading, snapshot_id, plan.partitions)
+        return Check(table, "healthy", plan.reason, reading, snapshot_id)
+
+    # --- holding back a second run ------------------------------------------------------------------------------
+
+    async def hold_back(self, due: list[Check], watchers: Mapping[str, TableHealthTrigger]) -> None:
+        """Turn each ``needs_work`` check into ``started`` or, with the reason, ``waiting``."""
+        try:
+            runs = await asyncio.to_thread(self._gate().last_runs, [c.table for c in due])
+        except Exception as error:
+            for check in due:
+                check.decision = "waiting"
+                check.reason = f"{check.reason}; the gate database is unreachable: {_say(error)}"
+            return
+        for check in due:
+            watcher, memory = watchers[check.table], self.memory[check.table]
+            cooldown = watcher.cooldown_minutes * 60
+            wait = None
+            try:
+                pending = await _pending_runs(watcher.dag_id)
+            except Exception as error:
+                wait = f"cannot tell whether a run of {watcher.dag_id} is pending: {_say(error)}"
+            else:
+                if pending:
+                    wait = f"a run of {watcher.dag_id} is queued or running"
+            last = runs.get(check.table)
+            if wait is None and memory.started_at is not None and time.monotonic() - memory.started_at < cooldown:
+                wait = f"the watch started a run {time.monotonic() - memory.started_at:.0f} s ago"
+            if wait is None and last is not None and last["seconds_ago"] < cooldown:
+                ended = "ended" if last["finished_at"] else "began"
+                wait = f"its last run ({last['run_id']}, {last['outcome']}) {ended} {last['seconds_ago']:.0f} s ago"
+            if wait is None:
+                check.decision = "started"
+                memory.started_at = time.monotonic()
+            else:
+                check.decision = "waiting"
+                check.reason = f"{check.reason}; waits: {wait} (cooldown {watcher.cooldown_minutes:g} min)"
+
+    def _gate(self) -> Any:
+        from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+        return WriteGateHook(self.write_gate_conn_id)
+
+
+async def _pending_runs(dag_id: str) -> int:
+    """How many runs of ``dag_id`` are queued or running, asked of Airflow through the triggerer's supervisor."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+    from asgiref.sync import sync_to_async
+
+    return await sync_to_async(RuntimeTaskInstance.get_dr_count)(dag_id=dag_id, states=PENDING_RUN_STATES)
+
+
+def render_at(template: str | None, when: datetime) -> str | None:
+    """A predicate template rendered as a watch-started run renders it: as of ``when``, its time (see
+    ``run_params.time_context``)."""
+    if not template:
+        return None
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from airflow_iceberg.operators.run_params import time_context
+
+    return SandboxedEnvironment(undefined=StrictUndefined).from_string(template).render(time_context(when))
+
+
+def _say(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__

@@ -1,0 +1,56 @@
+"""The health watch's trigger: one shared sweep per catalog, its serialization, and its rendering of predicates."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.triggers.table_health import (
+    HEALTH_STREAM,
+    TableHealthTrigger,
+    health_asset,
+    health_asset_name,
+    render_at,
+)
+
+
+def trigger(table: str = "lake.db.t", **overrides) -> TableHealthTrigger:
+    settings = {
+        "table": table,
+        "dag_id": f"iceberg_compact__{table.replace('.', '__')}",
+        "iceberg_conn_id": "lake",
+        "write_gate_conn_id": "write_gate_default",
+        "poll_interval": 60,
+        "triggers": {"min_small_files": 12},
+        "where": {"rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'"},
+        **overrides,
+    }
+    return TableHealthTrigger(**settings)
+
+
+def test_watchers_of_one_catalog_gate_database_and_interval_share_one_sweep():
+    assert trigger("lake.db.a").shared_stream_key() == trigger("lake.db.b", triggers={}).shared_stream_key()
+    assert trigger().shared_stream_key()[0] == HEALTH_STREAM
+    for other in ({"iceberg_conn_id": "lake2"}, {"write_gate_conn_id": "gate2"}, {"poll_interval": 30}):
+        assert trigger(**other).shared_stream_key() != trigger().shared_stream_key()
+
+
+def test_it_serializes_to_the_arguments_that_rebuild_it():
+    path, kwargs = trigger(cooldown_minutes=5).serialize()
+    assert path == "airflow_iceberg.triggers.table_health.TableHealthTrigger"
+    assert TableHealthTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def test_each_table_has_its_own_asset_and_watcher():
+    asset = health_asset(trigger("lake.sales.orders"))
+    assert (
+        asset.name == health_asset_name(TableName.parse("lake.sales.orders")) == "iceberg_health__lake__sales__orders"
+    )
+    assert [w.trigger.table for w in asset.watchers] == ["lake.sales.orders"]
+
+
+def test_a_predicate_renders_as_of_the_sweep_as_a_watch_started_run_renders_it():
+    when = datetime(2026, 11, 26, 9, 30, tzinfo=timezone.utc)
+    assert render_at("ts >= '{{ macros.ds_add(ds, -2) }}'", when) == "ts >= '2026-11-24'"
+    assert render_at("dt = '{{ ds_nodash }}'", when) == "dt = '20261126'"
+    assert render_at(None, when) is None
