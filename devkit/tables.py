@@ -44,12 +44,19 @@ class TableStats:
 
 
 def drop_table(iceberg_conn_id: str, table: TableName | str) -> None:
-    """Drop ``table`` from its catalog and delete its local files, if it exists."""
+    """Drop ``table`` from its catalog and delete its local files, if it exists.
+
+    A table whose metadata file is gone (its warehouse was deleted, by ``make clean`` for one, while the catalog
+    database kept its row) is dropped from the catalog all the same.
+    """
     catalog = IcebergHook(iceberg_conn_id).catalog
     identifier = TableName.of(table).in_catalog
     try:
         location = catalog.load_table(identifier).metadata.location
     except NoSuchTableError:
+        return
+    except FileNotFoundError:
+        catalog.drop_table(identifier)
         return
     catalog.drop_table(identifier)
     if urlparse(location).scheme in ("", "file"):
