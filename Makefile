@@ -5,6 +5,8 @@
 #             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
 #             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
+# make bench-fleet  1,000 healthy tables watched by a live Airflow's triggerer: runs, CPU against the same Airflow
+#             idle and against cron mode, and one run for each table a writer makes need work (about an hour)
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
 # make unit   the fast tests only (no servers), Java and Python; make docs  refresh the generated blocks in docs/
 # make java-test  the Flink module's JUnit tests (`mvn verify` on flink/pom.xml)
@@ -14,7 +16,7 @@ PY := .venv/airflow/bin/python
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit java-test lint bench bench-parse faults docs clean
+.PHONY: setup demo test unit java-test lint bench bench-parse bench-fleet faults docs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -42,6 +44,9 @@ unit: setup java-test
 
 bench-parse: setup
 	@$(ENV) $(PY) -m devkit.bench_parse
+
+bench-fleet: setup
+	@$(ENV) $(PY) -m devkit.bench_fleet $(BENCH_ARGS)
 
 faults: setup
 	@$(ENV) $(PY) -m devkit.faults

@@ -88,9 +88,17 @@ class LiveAirflow:
     :param meta_db: The PostgreSQL database it creates anew for its metadata.
     :param reparse_seconds: How often the dag-processor parses a DAG file again: short, so that tables a test
         adds appear soon; None keeps Airflow's default (30 s), as a deployment would.
+    :param settings: More environment for it (``AIRFLOW__SECTION__KEY`` settings), over the ones above.
     """
 
-    def __init__(self, home: Path, table_list: Path, meta_db: str = META_DB, reparse_seconds: int | None = 5) -> None:
+    def __init__(
+        self,
+        home: Path,
+        table_list: Path,
+        meta_db: str = META_DB,
+        reparse_seconds: int | None = 5,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.home = home
         self.meta_db = meta_db
         self.table_list = table_list
@@ -118,6 +126,7 @@ class LiveAirflow:
         }
         if reparse_seconds is not None:
             self.env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = str(reparse_seconds)
+        self.env.update(settings or {})
         for name in list(self.env):  # [core] dagbag_import_timeout stays at Airflow's default
             if name.endswith("DAGBAG_IMPORT_TIMEOUT"):
                 del self.env[name]
@@ -146,6 +155,25 @@ class LiveAirflow:
             start_new_session=True,
         )
         self.wait_for("the api-server to answer", self._api_up, 300)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds used so far by every process ``airflow standalone`` started, exited ones included.
+
+        Each live process of the tree counts its own time and its reaped children's (``cutime``/``cstime``): a
+        process that exited is in its parent's, and so on up to a live ancestor.
+        """
+        import psutil
+
+        assert self.process is not None
+        root = psutil.Process(self.process.pid)
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            try:
+                times = process.cpu_times()
+            except psutil.NoSuchProcess:  # it exited while we walked: its parent counts it from now on
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
 
     def restart_triggerer(self) -> int:
         """SIGKILL the running triggerer (and its trigger runner), as a crash would, and start another in its place.
