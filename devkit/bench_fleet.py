@@ -92,8 +92,8 @@ def live_airflow(home: Path, fleet: list[TableName], mode: str, args: argparse.N
     home.mkdir(parents=True)
     path = home / "tables.yaml"
     table_list(path, fleet, mode, args.poll_interval, args.cron_tables)
-    airflow = LiveAirflow(home / "airflow", path, meta_db=META_DB, reparse_seconds=None, settings=SETTINGS)
     (home / "airflow").mkdir()
+    airflow = LiveAirflow(home / "airflow", path, meta_db=META_DB, reparse_seconds=None, settings=SETTINGS)
     try:
         began = time.monotonic()
         airflow.start()
@@ -110,11 +110,15 @@ def live_airflow(home: Path, fleet: list[TableName], mode: str, args: argparse.N
         shutil.rmtree(home, ignore_errors=True)
 
 
-def window(airflow: LiveAirflow, seconds: float) -> tuple[float, int, float]:
-    """(CPU seconds of the tree, DAG runs created, wall seconds) over ``seconds`` from now."""
-    runs0, cpu0, began = _runs(airflow), airflow.cpu_seconds(), time.monotonic()
+def window(airflow: LiveAirflow, seconds: float, mode: str) -> tuple[float, int, float]:
+    """(CPU seconds of the tree, DAG runs created, wall seconds) over ``seconds`` from now; prints the CPU by
+    component."""
+    runs0, cpu0, began = _runs(airflow), airflow.cpu_by_component(), time.monotonic()
     time.sleep(seconds)  # the measured window itself
-    return airflow.cpu_seconds() - cpu0, _runs(airflow) - runs0, time.monotonic() - began
+    cpu1, wall = airflow.cpu_by_component(), time.monotonic() - began
+    used = {name: cpu1[name] - cpu0.get(name, 0.0) for name in cpu1}
+    print(f"  {mode}: CPU s by component: " + ", ".join(f"{n} {v:.1f}" for n, v in sorted(used.items())))
+    return sum(used.values()), _runs(airflow) - runs0, wall
 
 
 def _runs(airflow: LiveAirflow) -> int:
@@ -215,14 +219,14 @@ def main(argv: list[str] | None = None) -> int:
 
     with live_airflow(work / "idle", fleet, "idle", args) as airflow:
         time.sleep(args.warm_up)
-        idle_cpu, idle_runs, idle_wall = window(airflow, args.window)
+        idle_cpu, idle_runs, idle_wall = window(airflow, args.window, "idle")
     print(f"  idle: {idle_cpu:.1f} CPU s in {idle_wall:.0f} s ({idle_cpu / idle_wall:.3f} cores), {idle_runs} runs")
 
     with live_airflow(work / "watch", fleet, "watch", args) as airflow:
         since = datetime.now(timezone.utc)
         airflow.wait_for("every table checked", lambda: all_checked_since(fleet, since), 1800, every=5)
         time.sleep(args.warm_up)
-        watch_cpu, watch_runs, watch_wall = window(airflow, args.window)
+        watch_cpu, watch_runs, watch_wall = window(airflow, args.window, "watching")
         print(f"  watching: {watch_cpu:.1f} CPU s in {watch_wall:.0f} s ({watch_cpu / watch_wall:.3f} cores), "
               f"{watch_runs} runs")  # fmt: skip
         whole = [s for s in sweeps(airflow) if s[0] == len(fleet)]
@@ -233,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     with live_airflow(work / "cron", fleet, "cron", args) as airflow:
         time.sleep(args.warm_up)
         began_at = datetime.now(timezone.utc)
-        cron_cpu, _, cron_wall = window(airflow, args.cron_window)
+        cron_cpu, _, cron_wall = window(airflow, args.cron_window, "cron")
         finished = airflow.query(
             "SELECT count(*) FROM dag_run WHERE end_date >= %s AND state IN ('success', 'failed')", began_at
         )[0][0]
@@ -253,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  CPU per table check, watching: {watch_per_check * 1000:.2f} ms (all of Airflow's CPU / checks); "
           f"over idle: {max(0.0, watch_cpu - idle_rate * watch_wall) / checks * 1000:.2f} ms")  # fmt: skip
     print(f"  cron mode, {args.cron_tables} tables every minute: {finished / (cron_wall / 60):.1f} runs finished a "
-          f"minute (asked: {args.cron_tables}); {cron_per_run:.2f} CPU s per run (all of Airflow's CPU / runs), "
+          f"minute in the window (asked: {args.cron_tables}); {cron_per_run:.2f} CPU s per run (all of Airflow's "
+          "CPU / runs), "
           f"{max(0.0, cron_cpu - idle_rate * cron_wall) / max(finished, 1):.2f} over idle")  # fmt: skip
     if steady:
         print(f"  a sweep of all {len(fleet)} tables (one listing query, nothing changed): median "

@@ -162,18 +162,24 @@ class LiveAirflow:
         Each live process of the tree counts its own time and its reaped children's (``cutime``/``cstime``): a
         process that exited is in its parent's, and so on up to a live ancestor.
         """
+        return sum(self.cpu_by_component().values())
+
+    def cpu_by_component(self) -> dict[str, float]:
+        """:meth:`cpu_seconds` by component: ``standalone`` itself, then each process it started (``scheduler``,
+        ``dag-processor``, ``triggerer``, ``api-server``) with all of that one's descendants."""
         import psutil
 
         assert self.process is not None
         root = psutil.Process(self.process.pid)
-        total = 0.0
-        for process in [root, *root.children(recursive=True)]:
+        by_component = {"standalone": _cpu(root)}
+        for child in root.children():
             try:
-                times = process.cpu_times()
-            except psutil.NoSuchProcess:  # it exited while we walked: its parent counts it from now on
+                name = next((a for a in child.cmdline()[1:] if not a.startswith("-") and "/" not in a), "other")
+                processes = [child, *child.children(recursive=True)]
+            except psutil.NoSuchProcess:
                 continue
-            total += times.user + times.system + times.children_user + times.children_system
-        return total
+            by_component[name] = by_component.get(name, 0.0) + sum(_cpu(p) for p in processes)
+        return by_component
 
     def restart_triggerer(self) -> int:
         """SIGKILL the running triggerer (and its trigger runner), as a crash would, and start another in its place.
@@ -313,3 +319,14 @@ class LiveAirflow:
         return "\n".join(
             json.dumps(item) if isinstance(item, dict) else str(item) for item in response.json()["content"]
         )
+
+
+def _cpu(process: Any) -> float:
+    """A process's CPU seconds and its reaped children's; 0 if it exited meanwhile (its parent counts it now)."""
+    import psutil
+
+    try:
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return times.user + times.system + times.children_user + times.children_system
