@@ -218,17 +218,17 @@ def compaction_schedule(config: TableConfig) -> Any:
         return config.schedule
     from airflow_iceberg.triggers.table_health import TableHealthTrigger, health_asset
 
-    target = config.rewrite_data_files.get("target-file-size-bytes")
     trigger = TableHealthTrigger(
         table=str(config.table),
         dag_id=compaction_dag_id(config.table),
         iceberg_conn_id=config.catalog_conn_id,
         write_gate_conn_id=config.write_gate_conn_id,
         poll_interval=health.poll_interval,
-        triggers=asdict(health.triggers()),
-        where={procedure: config.where_for(procedure) for procedure in REWRITE_PROCEDURES},
-        options={} if target is None else {"target-file-size-bytes": target},
         cooldown_minutes=health.cooldown_minutes,
+        rewrite_data_files_where=config.where_for("rewrite_data_files"),
+        rewrite_position_delete_files_where=config.where_for("rewrite_position_delete_files"),
+        target_file_size_bytes=config.rewrite_data_files.get("target-file-size-bytes"),
+        **asdict(health.triggers()),
     )
     asset = health_asset(trigger)
     if config.schedule is None:

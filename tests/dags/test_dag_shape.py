@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
+from airflow_iceberg.health import HealthTriggers
 
 CHAIN = [
     "check_run_params",
@@ -246,8 +247,8 @@ def test_by_default_the_compaction_dag_runs_on_its_tables_health_watch():
     assert asset.name == "iceberg_health__lake__sales__orders"
     assert (trigger.table, trigger.dag_id) == ("lake.sales.orders", dag.dag_id)
     assert trigger.shared_stream_key()[1:] == ("lake", "write_gate_default", 60.0)
-    assert trigger.triggers == {"small_file_ratio": 0.75, "min_small_files": 12, "max_delete_ratio": 0.1,
-                                "max_delete_age_minutes": 60.0}  # fmt: skip
+    assert trigger.triggers == HealthTriggers(small_file_ratio=0.75, min_small_files=12, max_delete_ratio=0.1,
+                                              max_delete_age_minutes=60.0)  # fmt: skip
 
 
 def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():
@@ -255,7 +256,7 @@ def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():
     assert dag.schedule.timetable.expression == "0 0 * * *"  # @daily
     (watcher,) = dag.schedule.asset_condition.watchers
     assert (watcher.trigger.poll_interval, watcher.trigger.cooldown_minutes) == (30.0, 2.0)
-    assert watcher.trigger.triggers["min_small_files"] == 5
+    assert watcher.trigger.triggers.min_small_files == 5
 
 
 def test_without_the_watch_the_schedule_is_the_cron_alone():

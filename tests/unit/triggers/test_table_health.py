@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers.table_health import (
     HEALTH_STREAM,
@@ -21,24 +23,41 @@ def trigger(table: str = "lake.db.t", **overrides) -> TableHealthTrigger:
         "iceberg_conn_id": "lake",
         "write_gate_conn_id": "write_gate_default",
         "poll_interval": 60,
-        "triggers": {"min_small_files": 12},
-        "where": {"rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'"},
+        "min_small_files": 12,
+        "rewrite_data_files_where": "ts >= '{{ macros.ds_add(ds, -2) }}'",
         **overrides,
     }
     return TableHealthTrigger(**settings)
 
 
 def test_watchers_of_one_catalog_gate_database_and_interval_share_one_sweep():
-    assert trigger("lake.db.a").shared_stream_key() == trigger("lake.db.b", triggers={}).shared_stream_key()
+    assert trigger("lake.db.a").shared_stream_key() == trigger("lake.db.b", min_small_files=4).shared_stream_key()
     assert trigger().shared_stream_key()[0] == HEALTH_STREAM
     for other in ({"iceberg_conn_id": "lake2"}, {"write_gate_conn_id": "gate2"}, {"poll_interval": 30}):
         assert trigger(**other).shared_stream_key() != trigger().shared_stream_key()
 
 
 def test_it_serializes_to_the_arguments_that_rebuild_it():
-    path, kwargs = trigger(cooldown_minutes=5).serialize()
+    path, kwargs = trigger(cooldown_minutes=5, min_small_files=4, target_file_size_bytes=1 << 20).serialize()
     assert path == "airflow_iceberg.triggers.table_health.TableHealthTrigger"
     assert TableHealthTrigger(**kwargs).serialize() == (path, kwargs)
+    rebuilt = TableHealthTrigger(**kwargs)
+    assert (rebuilt.triggers.min_small_files, rebuilt.options) == (4, {"target-file-size-bytes": 1 << 20})
+    assert rebuilt.where == {"rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'",
+                             "rewrite_position_delete_files": None}  # fmt: skip
+
+
+def test_its_arguments_are_flat_and_leave_defaults_out():
+    """The dag-processor serializes, hashes and decodes them at every parse: scalars only, and few."""
+    _, kwargs = trigger(min_small_files=12, rewrite_data_files_where=None).serialize()
+    assert sorted(kwargs) == ["cooldown_minutes", "dag_id", "iceberg_conn_id", "poll_interval", "table",
+                              "write_gate_conn_id"]  # fmt: skip
+    assert all(isinstance(value, (str, int, float)) for value in kwargs.values())
+
+
+def test_an_unknown_health_trigger_is_refused_by_name():
+    with pytest.raises(TypeError, match="min_small_file"):
+        trigger(min_small_file=3)
 
 
 def test_each_table_has_its_own_asset_and_watcher():
