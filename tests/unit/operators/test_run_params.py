@@ -29,6 +29,8 @@ def test_both_dag_kinds_declare_every_param_with_a_schema_and_a_description():
             param = dag.params.get_param(name)
             assert param.description, name
             assert param.schema.get("type"), name
+        # They join the DAG after it is built, so Airflow does not check them then: each default must be valid.
+        assert dag.params.validate() == DEFAULTS
 
 
 def test_default_params_change_nothing():
