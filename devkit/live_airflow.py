@@ -174,7 +174,9 @@ class LiveAirflow:
         by_component = {"standalone": _cpu(root)}
         for child in root.children():
             try:
-                name = next((a for a in child.cmdline()[1:] if not a.startswith("-") and "/" not in a), "other")
+                # A process that set its title has it all in cmdline()[0], the rest empty: split on spaces.
+                words = " ".join(child.cmdline()).split()[1:]
+                name = next((w for w in words if not w.startswith("-") and "/" not in w), "other")
                 processes = [child, *child.children(recursive=True)]
             except psutil.NoSuchProcess:
                 continue
