@@ -31,7 +31,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -49,6 +49,10 @@ PENDING_RUN_STATES = ["queued", "running"]
 # The watchers subscribed to each shared stream, by table: the sweep checks each with its own settings. Filled and
 # emptied by TableHealthTrigger.filter_shared_stream, in the triggerer's one event loop.
 _WATCHERS: dict[Hashable, dict[str, TableHealthTrigger]] = {}
+
+
+#: The health triggers' defaults, which a trigger leaves out of its serialized arguments.
+_DEFAULT_TRIGGERS = asdict(HealthTriggers())
 
 
 def health_asset_name(table: TableName) -> str:
@@ -127,7 +131,6 @@ class TableHealthTrigger(BaseEventTrigger):
             "rewrite_position_delete_files_where": self.where["rewrite_position_delete_files"],
             "target_file_size_bytes": self.target_file_size_bytes,
         }
-        defaults = HealthTriggers()
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
@@ -138,11 +141,7 @@ class TableHealthTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "cooldown_minutes": self.cooldown_minutes,
                 **{name: value for name, value in optional.items() if value is not None},
-                **{
-                    name: getattr(self.triggers, name)
-                    for name in (f.name for f in fields(HealthTriggers))
-                    if getattr(self.triggers, name) != getattr(defaults, name)
-                },
+                **{name: value for name, value in asdict(self.triggers).items() if value != _DEFAULT_TRIGGERS[name]},
             },
         )
 
