@@ -36,7 +36,7 @@ from pydantic import (
 from airflow_iceberg.health import PROCEDURES, HealthTriggers
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
-from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options
+from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options, shown
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
 TABLE_LIST_FILE = "iceberg_tables.yaml"
@@ -369,8 +369,8 @@ def _describe(error: ValidationError) -> str:
     for item in error.errors():
         field = ".".join(str(p) for p in item["loc"]) or "(entry)"
         message = item["msg"].removeprefix("Value error, ")
-        shown = "" if item["type"] in ("value_error", "missing") else f" (got {item['input']!r})"
-        parts.append(f"field {field!r}: {message}{shown}")
+        got = "" if item["type"] in ("value_error", "missing") else f" (got {shown(item['input'])})"
+        parts.append(f"field {field!r}: {message}{got}")
     return "; ".join(parts)
 
 
@@ -429,9 +429,9 @@ def load_table_list(path: Path | None = None, select: Callable[[TableName], bool
     for index, entry in enumerate(document["tables"]):
         label = f"{path.name}: tables[{index}]"
         if not isinstance(entry, Mapping):
-            errors.append(f"{label}: expected a mapping with at least 'table', got {entry!r}")
+            errors.append(f"{label}: expected a mapping with at least 'table', got {shown(entry)}")
             continue
-        label += f" ({entry.get('table', 'no table')})"
+        label += f" ({shown(entry.get('table', 'no table'), quoted=False)})"
         if select is not None and not _selected(entry.get("table"), select):
             continue
         try:

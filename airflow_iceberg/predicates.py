@@ -14,13 +14,18 @@ The text that reaches Spark is the text given, unchanged: parsing is a check, ne
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from airflow_iceberg.spark_jobs.iceberg_call import shown
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -28,6 +33,8 @@ if TYPE_CHECKING:
 
 #: Nodes that make a predicate something other than a filter on the table's own rows.
 _FORBIDDEN = (exp.Query, exp.Subquery, exp.Command, exp.DDL, exp.DML, exp.Table, exp.Placeholder, exp.Parameter)
+#: Jinja's markers: a template that was never rendered.
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 #: What a predicate's top must be: a comparison, IN, IS, BETWEEN, LIKE, AND/OR, NOT, or a boolean constant.
 _BOOLEAN_ROOTS = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)
 
@@ -50,51 +57,140 @@ class Predicate:
     columns: tuple[str, ...]
 
 
-def parse_predicate(text: object, *, what: str = "where") -> Predicate:
+def parse_predicate(text: object, *, what: str = "where", rendered: bool = False) -> Predicate:
     """Parse ``text`` as one Spark SQL boolean expression over the table's columns, or raise :class:`PredicateError`.
 
-    ``what`` names the predicate in messages (``"param 'where'"``, ``"the table's where"``, ...).
+    ``what`` names the predicate in messages (``"param 'where'"``, ``"the table's where"``, ...). ``rendered`` says
+    that ``text`` was rendered from the table list's template; a run's own ``where`` is not (``rendered=False``):
+    it is taken as written, so one that holds a template is refused, and no advice points it at templates.
     """
     if not isinstance(text, str):
-        raise PredicateError(f"{what} must be a Spark SQL predicate string, got {text!r}")
+        raise PredicateError(f"{what} must be a Spark SQL predicate string, got {shown(text)}")
     if not text.strip():
         raise PredicateError(
             f"{what} is empty ({text!r}): give a predicate such as dt >= '20261120', or leave it unset to use the "
             "DAG's own (an empty predicate is never taken to mean the whole table)"
         )
+    quoted = shown(text)
+    if not rendered and _holds_template(text):
+        raise PredicateError(
+            f"{what} {quoted} holds a template, but a run's own where is taken as written, never rendered: write "
+            "the value itself, such as dt >= '2026-11-25' (templates belong in the table list's where, which is "
+            "rendered for each run)"
+        )
     try:
+        tokens = sqlglot.tokenize(text, read="spark")
         statements = sqlglot.parse(text, read="spark")
     except (ParseError, TokenError) as error:
-        raise PredicateError(f"{what} {text!r} is not valid Spark SQL: {_first_line(error)}") from None
-    statements = [s for s in statements if s is not None]
-    if len(statements) != 1:
+        raise PredicateError(f"{what} {quoted} is not valid Spark SQL: {_syntax_advice(text, error)}") from None
+    if any(token.token_type is TokenType.SEMICOLON for token in tokens):
+        count = len([s for s in statements if s is not None])
+        after = " and what follows it" if count > 1 else ""
         raise PredicateError(
-            f"{what} {text!r} must be one expression; it holds {len(statements)} statements (no ';' allowed)"
+            f"{what} {quoted} must be one condition, but it holds a ';' ({count} statement{'s' * (count != 1)}): "
+            f"remove the ';'{after}. The procedure takes the condition alone."
         )
     tree = statements[0]
+    if isinstance(tree, exp.Command) and str(tree.this).upper() == "CALL":
+        raise PredicateError(
+            f"{what} {quoted} is a procedure CALL, not a condition: the DAG calls Iceberg's procedures itself. "
+            "Give only the condition on the table's rows, such as dt >= '2026-11-20'."
+        )
     forbidden = next((node for node in tree.walk() if isinstance(node, _FORBIDDEN)), None)
     if forbidden is not None:
         kind = type(forbidden).__name__.lower()
-        raise PredicateError(f"{what} {text!r} must filter the table's rows, not hold a {kind}: {forbidden.sql()!r}")
+        raise PredicateError(
+            f"{what} {quoted} must filter the table's rows, not hold a {kind}: {shown(forbidden.sql())}. Compare "
+            "the table's columns with literal values."
+        )
     call = next((node for node in tree.walk() if _function_call(node)), None)
     if call is not None:
         # Spark would run it: java_method() and reflect() call any Java code, and Iceberg cannot use most others.
-        raise PredicateError(
-            f"{what} {text!r} calls a function ({call.sql(dialect='spark')!r}): compare columns with literal values "
-            "(DATE '2026-11-20', TIMESTAMP '...' included), or use the run's templates such as '{{ ds }}'"
+        advice = (
+            "; in the table list, a template such as '{{ macros.ds_add(ds, -2) }}' computes a date for each run"
+            if rendered
+            else " (a run's own where is taken as written, never rendered)"
         )
-    if any(token.comments for token in sqlglot.tokenize(text, read="spark")):
+        raise PredicateError(
+            f"{what} {quoted} calls the function {_called(tokens, call)!r}, which Spark would run and Iceberg "
+            "cannot use to select files: compare the columns with literal values, such as DATE '2026-11-20' or "
+            f"TIMESTAMP '2026-11-20 00:00:00'{advice}"
+        )
+    if any(token.comments for token in tokens):
         # Joined with the plan's partitions, a '--' comment would swallow the rest of the predicate.
-        raise PredicateError(f"{what} {text!r} holds a comment: write the predicate alone")
+        raise PredicateError(f"{what} {quoted} holds a comment: write the predicate alone")
     if not isinstance(tree.unnest(), _BOOLEAN_ROOTS):
-        raise PredicateError(f"{what} {text!r} is not a condition (true or false for each row)")
+        raise PredicateError(
+            f"{what} {quoted} is not a condition (true or false for each row): compare a column with a value, "
+            "such as dt >= '2026-11-20'"
+        )
     columns = []
     for column in tree.find_all(exp.Column, bfs=False):  # in the order written
         if column.table:
-            raise PredicateError(f"{what} {text!r} qualifies column {column.sql()!r}: name the table's columns alone")
+            raise PredicateError(
+                f"{what} {quoted} qualifies column {column.sql()!r}: name the table's columns alone, such as "
+                f"{column.name!r}"
+            )
         if column.name not in columns:
             columns.append(column.name)
     return Predicate(text=text, tree=tree, columns=tuple(columns))
+
+
+def _holds_template(text: str) -> bool:
+    """Whether Jinja would render ``text`` to something else: ``'{{ ds }}'`` would, ``'a {{ b'`` would not."""
+    if not _TEMPLATE.search(text):
+        return False
+    import jinja2
+    from jinja2.sandbox import SandboxedEnvironment
+
+    try:  # sandboxed, with no context: nothing of the run's can be read here
+        return SandboxedEnvironment().from_string(text).render() != text
+    except jinja2.TemplateSyntaxError:
+        return False  # Jinja could not take it as a template either: it is data
+    except jinja2.TemplateError:
+        return True  # a template that names what is not here ({{ conn.lake.password }})
+
+
+def _syntax_advice(text: str, error: Exception) -> str:
+    """What to change in ``text``, which sqlglot could not read: an unclosed quote, unbalanced parentheses, or
+    else where sqlglot stopped."""
+    quote, opened, depth, opens, closes = None, 0, 0, 0, 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote is not None:
+            if char == "\\" and quote != "`":
+                index += 1  # an escaped character
+            elif char == quote:
+                if text[index + 1 : index + 2] == quote:
+                    index += 1  # a doubled quote stands for itself
+                else:
+                    quote = None
+        elif char in "'\"`":
+            quote, opened = char, index
+        elif char == "(":
+            depth, opens = depth + 1, opens + 1
+        elif char == ")":
+            depth, closes = depth - 1, closes + 1
+        index += 1
+    if quote is not None:
+        return (
+            f"the {quote} at character {opened + 1} opens a {'name' if quote == '`' else 'string'} that is never "
+            f"closed: add the closing {quote}"
+        )
+    if opens != closes:
+        return f"its parentheses do not balance ({opens} '(' and {closes} ')'): add the missing one"
+    column = next(iter(getattr(error, "errors", None) or []), {}).get("col")
+    near = f" near character {column} ({shown(text[max(column - 1, 0) :][:20])})" if column else ""
+    return f"it cannot be read{near}: write one condition on the table's columns, such as dt >= '2026-11-20'"
+
+
+def _called(tokens: list[Any], call: exp.Expression) -> str:
+    """The name of the function ``call`` as the text writes it (sqlglot may rename it: date_sub to DATE_ADD)."""
+    for token, following in pairwise(tokens):
+        if token.token_type is TokenType.VAR and following.token_type is TokenType.L_PAREN:
+            return token.text
+    return call.sql(dialect="spark")
 
 
 def check_columns(predicate: Predicate, schema: Schema, table: object, *, what: str = "where") -> None:
@@ -135,10 +231,6 @@ def _function_call(node: exp.Expression) -> bool:
     if not isinstance(node, exp.Func) or isinstance(node, exp.Connector):
         return False
     return not (type(node) is exp.Cast and isinstance(node.this, exp.Literal) and node.this.is_string)
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0]
 
 
 def _field(schema: Schema, name: str) -> Any:

@@ -86,6 +86,20 @@ PROCEDURE_ARGUMENTS: dict[str, dict[str, object]] = {
 }
 
 
+#: Characters of a bad value an error message quotes; a longer one is cut, with its length said.
+SHOWN_CHARACTERS = 120
+
+
+def shown(value: object, limit: int = SHOWN_CHARACTERS, quoted: bool = True) -> str:
+    """``repr(value)`` (``str`` unless ``quoted``) for an error message, cut to about ``limit`` characters: a
+    10,000-character table name must not make a 20,000-character error."""
+    text = repr(value) if quoted else str(value)
+    if len(text) <= limit:
+        return text
+    length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
+    return f"{text[:limit]}... ({length})"
+
+
 class InvalidCallError(ValueError):
     """A table name, procedure or option that must not reach Spark; the message names the bad value."""
 
@@ -102,11 +116,11 @@ class TableName:
     def parse(cls, text: object) -> TableName:
         """Parse ``catalog.namespace.table``; raise :class:`InvalidCallError` naming the value otherwise."""
         if not isinstance(text, str):
-            raise InvalidCallError(f"table must be a string 'catalog.namespace.table', got {text!r}")
+            raise InvalidCallError(f"table must be a string 'catalog.namespace.table', got {shown(text)}")
         parts = text.split(".")
         if len(parts) != 3 or not all(_IDENTIFIER.fullmatch(p) for p in parts):
             raise InvalidCallError(
-                f"table {text!r} is not 'catalog.namespace.table' with each part made of letters, digits "
+                f"table {shown(text)} is not 'catalog.namespace.table' with each part made of letters, digits "
                 "and underscores (not starting with a digit)"
             )
         return cls(*parts)
@@ -133,7 +147,7 @@ def sql_string_literal(value: str) -> str:
 def _format_option(procedure: str, name: str, value: object, kind: object) -> str:
     def bad(expected: str) -> InvalidCallError:
         article = "" if expected.startswith("one of") else "a "
-        return InvalidCallError(f"{procedure} option {name!r} must be {article}{expected}, got {value!r}")
+        return InvalidCallError(f"{procedure} option {name!r} must be {article}{expected}, got {shown(value)}")
 
     if kind == _BOOL:
         if isinstance(value, bool):
@@ -170,11 +184,11 @@ def _format_argument(procedure: str, name: str, value: object, kind: object) -> 
     """An argument as Spark SQL: booleans and numbers bare, timestamps as TIMESTAMP literals, text quoted."""
     if kind == _TIMESTAMP:
         if not isinstance(value, str) or not _TIMESTAMP_PATTERN.fullmatch(value):
-            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_TIMESTAMP}, got {value!r}")
+            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_TIMESTAMP}, got {shown(value)}")
         return f"TIMESTAMP {sql_string_literal(value)}"
     if kind == _SORT_ORDER:
         if not isinstance(value, str) or not _SORT_ORDER_PATTERN.fullmatch(value):
-            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_SORT_ORDER}, got {value!r}")
+            raise InvalidCallError(f"{procedure} argument {name!r} must be a {_SORT_ORDER}, got {shown(value)}")
         return sql_string_literal(value.strip())
     text = _format_option(procedure, name, value, kind).replace("option", "argument", 1)
     return sql_string_literal(text) if isinstance(kind, tuple) else text
@@ -187,14 +201,14 @@ def normalize_arguments(procedure: str, arguments: Mapping[str, object] | None) 
     for name, value in (arguments or {}).items():
         if name not in known:
             raise InvalidCallError(
-                f"{procedure} does not take argument {name!r}; known: {', '.join(sorted(known)) or 'none'}"
+                f"{procedure} does not take argument {shown(name)}; known: {', '.join(sorted(known)) or 'none'}"
             )
         try:
             rendered[name] = _format_argument(procedure, name, value, known[name])
         except InvalidCallError as error:
             raise InvalidCallError(str(error).replace(" option ", " argument ")) from None
     if "sort_order" in rendered and (arguments or {}).get("strategy") != "sort":
-        raise InvalidCallError(f"{procedure} argument 'sort_order' needs strategy 'sort', got {arguments!r}")
+        raise InvalidCallError(f"{procedure} argument 'sort_order' needs strategy 'sort', got {shown(arguments)}")
     return rendered
 
 
@@ -204,12 +218,12 @@ def normalize_options(procedure: str, options: Mapping[str, object] | None) -> d
     if options is None:
         return {}
     if not isinstance(options, Mapping):
-        raise InvalidCallError(f"{procedure} options must be a mapping of option name to value, got {options!r}")
+        raise InvalidCallError(f"{procedure} options must be a mapping of option name to value, got {shown(options)}")
     normalized = {}
     for name, value in options.items():
         if name not in known:
             raise InvalidCallError(
-                f"{procedure} does not take option {name!r}; known options: {', '.join(sorted(known))}"
+                f"{procedure} does not take option {shown(name)}; known options: {', '.join(sorted(known))}"
             )
         normalized[name] = _format_option(procedure, name, value, known[name])
     return normalized
@@ -218,7 +232,7 @@ def normalize_options(procedure: str, options: Mapping[str, object] | None) -> d
 def _checked_procedure(procedure: str) -> str:
     if procedure not in PROCEDURE_OPTIONS:
         raise InvalidCallError(
-            f"procedure {procedure!r} is not supported; choose one of {', '.join(PROCEDURE_OPTIONS)}"
+            f"procedure {shown(procedure)} is not supported; choose one of {', '.join(PROCEDURE_OPTIONS)}"
         )
     return procedure
 
@@ -243,10 +257,10 @@ def build_call(
     normalized = normalize_options(procedure, options)
     rendered = normalize_arguments(procedure, arguments)
     if where is not None and not isinstance(where, str):
-        raise InvalidCallError(f"where must be a string predicate or None, got {where!r}")
+        raise InvalidCallError(f"where must be a string predicate or None, got {shown(where)}")
     has_where = where is not None and bool(where.strip())
     if has_where and procedure not in WHERE_PROCEDURES:
-        raise InvalidCallError(f"{procedure} takes no where predicate, got {where!r}")
+        raise InvalidCallError(f"{procedure} takes no where predicate, got {shown(where)}")
     args = [f"table => {sql_string_literal(table.in_catalog)}"]
     args += [f"{name} => {value}" for name, value in rendered.items()]
     if normalized:

@@ -223,7 +223,7 @@ def check_predicate(predicate: str, what: str) -> None:
     from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
 
     try:
-        parse_predicate(predicate, what=what)
+        parse_predicate(predicate, what=what, rendered=True)  # the final text: rendered, where it was a template
     except PredicateError as error:
         raise AirflowFailException(str(error)) from None
 
@@ -296,22 +296,24 @@ class CheckRunParamsOperator(BaseOperator):
             overrides = overrides_from_params(context["params"])
         except ValueError as error:
             raise RunParamsError(str(error)) from None
-        chosen: dict[str, tuple[str, str | None]] = {}
+        # By procedure: what names the predicate, the predicate, and whether it was rendered from the table's
+        # template (a run's own is taken as written).
+        chosen: dict[str, tuple[str, str | None, bool]] = {}
         for procedure in PROCEDURES:
             own = overrides.where_for(procedure)
             if own is not None:
                 name = f"{procedure}_where" if procedure in overrides.where_by_procedure else "where"
-                chosen[procedure] = (f"param {name!r}", own)
+                chosen[procedure] = (f"param {name!r}", own, False)
             else:
                 what = f"the table's where for {procedure}"
-                chosen[procedure] = (what, render_predicate(self, self.where.get(procedure), context, what))
+                chosen[procedure] = (what, render_predicate(self, self.where.get(procedure), context, what), True)
         schema = self._load_table().schema()
-        for procedure, (what, where) in chosen.items():
+        for procedure, (what, where, rendered) in chosen.items():
             if where is None:
                 self.log.info("%s will rewrite the whole table", procedure)
                 continue
             try:
-                predicate = parse_predicate(where, what=what)
+                predicate = parse_predicate(where, what=what, rendered=rendered)
                 check_columns(predicate, schema, self.table, what=what)
                 try:
                     to_pyiceberg(predicate, schema, what=what)
@@ -323,4 +325,4 @@ class CheckRunParamsOperator(BaseOperator):
             except PredicateError as error:
                 raise RunParamsError(str(error)) from None
             self.log.info("%s will use %s: %s", procedure, what, where)
-        return {procedure: where for procedure, (_, where) in chosen.items()}
+        return {procedure: where for procedure, (_, where, _) in chosen.items()}

@@ -74,7 +74,7 @@ def test_a_dry_run_reports_the_plan_and_changes_neither_table_nor_gate(table, co
 
 BAD_PREDICATES = {
     "unbalanced-quote": ("id >= '3", "is not valid Spark SQL"),
-    "statement-separator": ("id >= 3; DROP TABLE lake.manual.t", "must be one expression"),
+    "statement-separator": ("id >= 3; DROP TABLE lake.manual.t", "must be one condition"),
     "unknown-column": ("region = 'eu'", "names 'region', which table lake.manual."),
     "empty": ("", "param 'where' is empty"),
 }

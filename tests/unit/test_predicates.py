@@ -21,24 +21,37 @@ SCHEMA = Schema(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("dt = '2026", "is not valid Spark SQL"),  # an unbalanced quote
-        ("id > 0; DROP TABLE lake.db.t", "must be one expression; it holds 2 statements"),
-        ("id > 0; CALL lake.system.rewrite_data_files('db.t')", "must be one expression"),
-        ("CALL lake.system.expire_snapshots('db.t')", "not hold a command"),
+        ("dt = '2026", "is not valid Spark SQL: the ' at character 6 opens a string that is never closed: add the "
+                       "closing '"),
+        ("(dt = '2026' OR id > 3", r"its parentheses do not balance \(1 '\(' and 0 '\)'\): add the missing one"),
+        ("dt >= >= 3", r"it cannot be read near character 8 \('= 3'\): write one condition on the table's columns"),
+        ("id > 0; DROP TABLE lake.db.t", r"must be one condition, but it holds a ';' \(2 statements\): remove the "
+                                         "';' and what follows it"),
+        ("id > 0;", r"must be one condition, but it holds a ';' \(1 statement\): remove the ';'\."),
+        ("id > 0; CALL lake.system.rewrite_data_files('db.t')", "must be one condition"),
+        ("CALL lake.system.expire_snapshots('db.t')", "is a procedure CALL, not a condition: the DAG calls Iceberg's "
+                                                      "procedures itself"),
         ("id IN (SELECT id FROM lake.db.other)", "not hold a"),
         ("id + 1", "is not a condition"),
-        ("t.id > 0", "qualifies column 't.id'"),
+        ("t.id > 0", "qualifies column 't.id': name the table's columns alone, such as 'id'"),
         ("", "is empty"),
         ("   ", "is empty"),
-        ("java_method('java.lang.System', 'exit', 0) = 1", "calls a function"),
-        ("reflect('java.lang.Thread', 'sleep', 100000) IS NULL", "calls a function"),
-        ("upper(dt) = 'EU'", r"calls a function \('UPPER\(dt\)'\)"),
-        ("CAST(dt AS INT) > 3", "calls a function"),
+        ("java_method('java.lang.System', 'exit', 0) = 1", "calls the function 'java_method'"),
+        ("reflect('java.lang.Thread', 'sleep', 100000) IS NULL", "calls the function 'reflect'"),
+        ("upper(dt) = 'EU'", "calls the function 'upper', which Spark would run"),
+        ("dt >= date_sub('2026-11-20', 2)", "calls the function 'date_sub'"),  # as written, not sqlglot's DATE_ADD
+        ("CAST(dt AS INT) > 3", "calls the function 'CAST'"),
         ("dt >= '20261120' -- last week", "holds a comment"),
         ("dt >= '20261120' /* last week */", "holds a comment"),
+        ("dt >= '{{ ds }}'", "holds a template, but a run's own where is taken as written, never rendered: write "
+                             "the value itself"),
+        ("dt >= {{ macros.ds_add(ds, -2) }}", "holds a template"),
+        ("dt >= '{% if true %}x{% endif %}'", "holds a template"),
     ],
-    ids=["unbalanced-quote", "separator", "separator-call", "call", "subquery", "not-a-condition", "qualified",
-         "empty", "blank", "java-method", "reflect", "function", "cast", "line-comment", "block-comment"],
+    ids=["unbalanced-quote", "unbalanced-parenthesis", "unreadable", "separator", "trailing-separator",
+         "separator-call", "call", "subquery", "not-a-condition", "qualified", "empty", "blank", "java-method",
+         "reflect", "function", "renamed-function", "cast", "line-comment", "block-comment", "template",
+         "unquoted-template", "block-template"],
 )  # fmt: skip
 def test_a_predicate_that_is_not_one_filter_on_the_tables_rows_is_refused_naming_it(text, message):
     with pytest.raises(PredicateError, match=message) as refused:
@@ -46,6 +59,27 @@ def test_a_predicate_that_is_not_one_filter_on_the_tables_rows_is_refused_naming
     assert str(refused.value).startswith("param 'where'")
     if text.strip():
         assert repr(text) in str(refused.value)
+
+
+def test_advice_on_templates_is_given_only_where_a_template_is_rendered():
+    text = "dt >= date_sub('2026-11-20', 2)"
+    with pytest.raises(PredicateError) as own:
+        parse_predicate(text, what="param 'where'")
+    assert "{{" not in str(own.value) and "a run's own where is taken as written, never rendered" in str(own.value)
+    with pytest.raises(PredicateError) as table:
+        parse_predicate(text, what="the table's where for rewrite_data_files", rendered=True)
+    assert "in the table list, a template such as '{{ macros.ds_add(ds, -2) }}'" in str(table.value)
+
+
+def test_braces_that_jinja_would_not_render_are_data():
+    assert parse_predicate("note = 'a {{ b'").text == "note = 'a {{ b'"
+
+
+def test_a_very_long_predicate_is_quoted_cut_in_its_error():
+    text = "id = '" + "x" * 10_000
+    with pytest.raises(PredicateError, match=r"\.\.\. \(10006 characters\) is not valid Spark SQL") as refused:
+        parse_predicate(text)
+    assert len(str(refused.value)) < 400
 
 
 def test_a_predicate_is_kept_as_written_with_the_columns_it_names():

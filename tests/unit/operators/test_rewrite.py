@@ -152,9 +152,17 @@ def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
 
 def test_a_runs_own_where_replaces_the_tables_template_unrendered():
     op = gated_rewrite("ts >= '{{ ds }}'")  # would fail to render in a run without a logical date
-    own = "note = '{{ conn.lake.password }}'"  # the run's text is data, never a template
+    own = "note = 'a {{ in a value'"  # the run's text is data, never a template
     op.render_template_fields({"params": {"where": own}})
     assert op.where == {"rewrite_data_files": own}
+
+
+def test_a_runs_own_where_that_holds_a_template_is_refused_not_taken_literally():
+    op = gated_rewrite("ts >= '{{ ds }}'")
+    own = "note = '{{ conn.lake.password }}'"
+    with pytest.raises(ValueError, match=r"holds a template, but a run's own where is taken as written, never "):
+        op.render_template_fields({"params": {"where": own}})
+    assert op.where == {"rewrite_data_files": "ts >= '{{ ds }}'"}  # nothing replaced, nothing rendered
 
 
 def test_without_a_runs_where_the_tables_template_is_rendered():

@@ -77,7 +77,9 @@ def test_params_become_options_arguments_and_predicate():
         ({"dry_run": "yes"}, "param 'dry_run'"),
         ({"where": ""}, "param 'where' is empty"),
         ({"where": "dt = '2026"}, "param 'where' \"dt = '2026\" is not valid Spark SQL"),
-        ({"where": "id > 0; DROP TABLE x"}, "param 'where' .* must be one expression"),
+        ({"where": "id > 0; DROP TABLE x"}, "param 'where' .* must be one condition"),
+        ({"where": "dt >= '{{ ds }}'"}, "param 'where' .* holds a template, but a run's own where is taken as "),
+        ({"rewrite_data_files_where": "dt >= '{{ ds }}'"}, "param 'rewrite_data_files_where' .* holds a template"),
         ({"where": 3}, "param 'where' must be a Spark SQL predicate string"),
     ],
 )
@@ -146,13 +148,19 @@ def test_a_bad_param_fails_without_retries(monkeypatch):
     ("table_where", "params", "message"),
     [
         (None, {"where": "region = 'eu'"}, "param 'where' \"region = 'eu'\" names 'region', which table lake.db.t"),
-        ("id > 0; DROP TABLE x", {}, "the table's where .* must be one expression"),
+        ("id > 0; DROP TABLE x", {}, "the table's where .* must be one condition"),
         ("ts >= '{{ ds }}' AND nope = 1", {}, "the table's where .* names 'nope'"),
         (None, {"where": "id = 'seven'"}, "param 'where' \"id = 'seven'\" does not fit the table's columns"),
         (None, {"where": "id = 1 OR id = ts"}, None),  # Spark may apply what metadata cannot: not refused
+        (None, {"where": "ts >= date_sub('2026-11-20', 2)"},
+         r"param 'where' .* calls the function 'date_sub'.* \(a run's own where is taken as written, never "
+         r"rendered\)$"),
+        ("ts >= date_sub('{{ ds }}', 2)", {}, r"the table's where .* calls the function 'date_sub'.* a template "
+                                              r"such as '\{\{ macros.ds_add\(ds, -2\) \}\}'"),
     ],
-    ids=["unknown-column", "separator", "unknown-column-in-template", "wrong-type", "column-to-column"],
-)
+    ids=["unknown-column", "separator", "unknown-column-in-template", "wrong-type", "column-to-column",
+         "function-in-a-runs-where", "function-in-the-tables-where"],
+)  # fmt: skip
 def test_a_predicate_spark_would_refuse_fails_the_check_before_the_gate(monkeypatch, table_where, params, message):
     op = check_operator(table_where, monkeypatch)
     context = {"params": params, "ds": "2026-11-20", "logical_date": pendulum.datetime(2026, 11, 20)}
