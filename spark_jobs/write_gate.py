@@ -379,8 +379,25 @@ def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **k
     )
 
 
+#: How a lease is lost, as each reason says it (:func:`lease_loss`): taken from the run, at the pause's ceiling, or
+#: not renewed in time because the gate's MySQL did not answer (the run still held the gate).
+_NO_LONGER_HELD = "is no longer held by"
+_AT_CEILING = "reached the pause's ceiling"
+_NOT_RENEWED = "could not be renewed"
+
+
 class LeaseLostError(RuntimeError):
-    """The run no longer holds the gate (its lease ended, it was taken over or forced open): stop the work."""
+    """The run's lease cannot be kept (it was taken over or forced open, it reached the pause's ceiling, or it could
+    not be renewed in time): stop the work before writers resume."""
+
+
+def lease_loss(reason: str) -> str:
+    """Which way the lease in ``reason`` (a :class:`LeaseLostError`'s message) was lost: ``"taken"``,
+    ``"ceiling"``, ``"not renewed"``, or ``"unknown"``."""
+    for phrase, kind in ((_AT_CEILING, "ceiling"), (_NOT_RENEWED, "not renewed"), (_NO_LONGER_HELD, "taken")):
+        if phrase in reason:
+            return kind
+    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -424,7 +441,7 @@ class GateLease:
             connection.close()
         if row is None:
             raise LeaseLostError(
-                f"the write gate of {self.table} is no longer held by dag {self.owner[0]!r} run {self.owner[1]!r}: "
+                f"the write gate of {self.table} {_NO_LONGER_HELD} dag {self.owner[0]!r} run {self.owner[1]!r}: "
                 "its lease ended, another run took it over, or someone forced it open"
             )
         return Lease(float(row["lease_seconds_left"]), bool(row["at_pause_deadline"]))
@@ -505,8 +522,8 @@ class LeaseKeeper:
         except (pymysql.err.MySQLError, OSError) as error:
             if self._clock() >= self._ends_at - self.margin:
                 raise LeaseLostError(
-                    f"the lease of the write gate of {self.lease.table} ends in under {self.margin:.0f} s and could "
-                    f"not be renewed ({error}): no work may start"
+                    f"the lease of the write gate of {self.lease.table} ends in under {self.margin:.0f} s and "
+                    f"{_NOT_RENEWED} ({error}): no work may start"
                 ) from error
             self._log(f"could not renew the lease of {self.lease.table} ({error}); its last lease still holds")
 
@@ -526,8 +543,8 @@ class LeaseKeeper:
 
     def _ceiling_reached(self, seconds_left: float) -> str:
         return (
-            f"the write gate of {self.lease.table} has {seconds_left:.1f} s of lease left and reached the pause's "
-            "ceiling (max_pause_seconds): no work may start or go on"
+            f"the write gate of {self.lease.table} has {seconds_left:.1f} s of lease left and {_AT_CEILING} "
+            "(max_pause_seconds): no work may start or go on"
         )
 
     def _lose(self, reason: str) -> None:
@@ -566,7 +583,7 @@ class LeaseKeeper:
                     self._ceiling_reached(seconds)
                     if self._at_pause_deadline
                     else f"the lease of the write gate of {self.lease.table} ends in under {self.margin:.0f} s and "
-                    "could not be renewed: writers resume when it ends"
+                    f"{_NOT_RENEWED}: writers resume when it ends"
                 )
                 return
             if self._wait(left):

@@ -36,7 +36,7 @@ from airflow_iceberg.spark_jobs.iceberg_call import (  # noqa: E402
     normalize_arguments,
     normalize_options,
 )
-from airflow_iceberg.spark_jobs.write_gate import LeaseKeeper, LeaseLostError  # noqa: E402
+from airflow_iceberg.spark_jobs.write_gate import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
@@ -266,10 +266,16 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             or (str(error) if isinstance(error, LeaseLostError) else None)
         )
         if lost is not None:
+            advice = {
+                "taken": "The gate's audit trail (`airflow-iceberg report`) says who took it.",
+                "ceiling": "Raise the table's max_pause_seconds, or rewrite less in one run (a narrower where).",
+                "not renewed": f"Check that the gate's MySQL (connection {self.write_gate_conn_id!r}) answers from "
+                "the workers and from Spark.",
+            }.get(lease_loss(lost), "")
             return AirflowFailException(
-                f"{what} stopped because its run no longer holds the write gate, so writers may commit{done}. Each "
-                f"commit it completed before it stopped stays (Iceberg commits are atomic); it committed nothing "
-                f"else. It said: {lost}"
+                f"{what} was stopped because its run could not keep the write gate: {lost}. "
+                f"Writers may commit now{done}; each commit it completed before it stopped stays (Iceberg commits "
+                f"are atomic), and it committed nothing else. {advice}".rstrip()
             )
         if hook is not None and hook.commit_conflict is not None:
             # Retrying inside the same gate window would only race the same writer again.

@@ -17,7 +17,7 @@ from airflow_iceberg.dag_factory import build_compaction_dag
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
 from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE, TableName, format_result_line
-from airflow_iceberg.spark_jobs.write_gate import Lease
+from airflow_iceberg.spark_jobs.write_gate import Lease, LeaseLostError
 
 
 def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_module():
@@ -148,6 +148,31 @@ def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
         task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"],
         where={"rewrite_data_files": where} if where else None, apply_run_params=True,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reason", "advice"),
+    [
+        ("the write gate of lake.demo.events is no longer held by dag 'd' run 'r': its lease ended, another run took "
+         "it over, or someone forced it open", "The gate's audit trail (`airflow-iceberg report`) says who took it."),
+        ("the write gate of lake.demo.events has 4.0 s of lease left and reached the pause's ceiling "
+         "(max_pause_seconds): no work may start or go on", "Raise the table's max_pause_seconds, or rewrite less"),
+        ("the lease of the write gate of lake.demo.events ends in under 15 s and could not be renewed: writers resume "
+         "when it ends", "Check that the gate's MySQL (connection 'write_gate_default') answers from the workers"),
+    ],
+    ids=["taken", "ceiling", "not-renewed"],
+)  # fmt: skip
+def test_a_rewrite_stopped_for_its_lease_says_why_and_what_to_do(reason, advice):
+    op = IcebergRewriteOperator(task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"],
+                                write_gate_conn_id="write_gate_default")  # fmt: skip
+    message = str(op._failure(LeaseLostError(reason)))
+    assert message.startswith(
+        f"rewrite_data_files on lake.demo.events was stopped because its run could not keep the write gate: {reason}."
+    )
+    assert "Writers may commit now; each commit it completed before it stopped stays" in message
+    assert advice in message
+    if "no longer held" not in reason:  # the run still held the gate: never say it did not
+        assert "no longer hold" not in message
 
 
 def test_a_runs_own_where_replaces_the_tables_template_unrendered():

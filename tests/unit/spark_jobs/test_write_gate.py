@@ -17,12 +17,14 @@ from airflow_iceberg.spark_jobs.write_gate import (
     WRITER_CHECK_SQL,
     WRITER_LEAVE_SQL,
     WRITER_REGISTER_SQL,
+    GateLease,
     Lease,
     LeaseKeeper,
     LeaseLostError,
     WriteGateAccessError,
     WriteGateClient,
     check_gate,
+    lease_loss,
 )
 
 TABLE = "lake.db.events"
@@ -367,3 +369,47 @@ def test_work_after_the_first_starts_on_a_renewed_lease_or_on_the_last_one_while
     forced._run()  # the next renewal finds the gate forced open
     with pytest.raises(LeaseLostError, match="forced open"):
         forced.renew_before_work()
+
+
+class NoRowConnection:
+    """A gate database whose holder query finds no row: the run no longer holds the gate."""
+
+    def cursor(self, *args):
+        class Cursor:
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                return False
+
+            def execute(self, *args):
+                pass
+
+            def fetchone(self):
+                return None
+
+        return Cursor()
+
+    def commit(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_each_way_of_losing_a_lease_is_told_apart_by_its_reason():
+    with pytest.raises(LeaseLostError) as taken:
+        GateLease("lake.db.t", "dag", "run", NoRowConnection).renew()
+    with pytest.raises(LeaseLostError) as ceiling:
+        keeper(FakeLease(4), FakeClock(), []).start()
+    away = pymysql.err.OperationalError(2003, "Can't connect to MySQL server")
+    lease, clock, lost = FakeLease(60, away), FakeClock(), []
+    keep = keeper(lease, clock, lost)
+    keep.renew_now()
+    keep._watch()
+    assert [lease_loss(str(taken.value)), lease_loss(str(ceiling.value)), lease_loss(lost[0])] == [
+        "taken",
+        "ceiling",
+        "not renewed",
+    ]
+    assert lease_loss("something else") == "unknown"
