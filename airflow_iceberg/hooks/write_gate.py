@@ -137,6 +137,20 @@ class WriteGateNotHeldError(RuntimeError):
     """The run no longer holds the gate it closed (its lease ended, or someone opened it): stop, don't rewrite."""
 
 
+#: pymysql's codes for a MySQL that cannot be reached (2003, 2005, 2013) or refuses the login (1045, 1044).
+_UNREACHABLE = {2003, 2005, 2006, 2013}
+_LOGIN_REFUSED = {1044, 1045}
+
+
+class WriteGateUnreachableError(pymysql.err.OperationalError):
+    """The gate's MySQL did not answer, or refused the login: the message names the connection and what to do.
+
+    An ``OperationalError`` still, with pymysql's code, so what retries on MySQL errors retries on this one."""
+
+    def __str__(self) -> str:
+        return str(self.args[-1])
+
+
 class SparkSlotsBusyError(RuntimeError):
     """Every Spark slot of the table's connection is taken, or tables in worse health wait for the free ones."""
 
@@ -396,7 +410,26 @@ class WriteGateHook(BaseHook):
     def get_conn(self) -> pymysql.connections.Connection:
         """A new connection in UTC, returning rows as dicts, with autocommit off, in a gate holder's session (a
         frozen holder's row lock is dropped within seconds: see ``HOLDER_SESSION_SETTINGS``)."""
-        return holder_connection(**self.connection_settings(), cursorclass=pymysql.cursors.DictCursor)
+        settings = self.connection_settings()
+        try:
+            return holder_connection(**settings, cursorclass=pymysql.cursors.DictCursor)
+        except pymysql.err.OperationalError as error:
+            code = error.args[0] if error.args else None
+            where = f"{settings['host']}:{settings['port']}, database {settings['database']!r}"
+            if code in _LOGIN_REFUSED:
+                raise WriteGateUnreachableError(code, (
+                    f"the write gate's MySQL ({where}) refused user {settings['user']!r} of connection "
+                    f"{self.write_gate_conn_id!r}: {error.args[-1]}. Nothing in the gate changed. Check the "
+                    f"connection's login and password, and that the user has the grants the README gives it."
+                )) from error  # fmt: skip
+            if code in _UNREACHABLE:
+                raise WriteGateUnreachableError(code, (
+                    f"the write gate's MySQL ({where}) of connection {self.write_gate_conn_id!r} did not answer: "
+                    f"{error.args[-1]}. Nothing in the gate changed. Check that MySQL runs and that the connection "
+                    f"points at it (`airflow connections get {self.write_gate_conn_id}`); once it answers, clear "
+                    f"the task to run it again."
+                )) from error  # fmt: skip
+            raise
 
     def lease(self, table: TableName | str, owner: GateOwner) -> GateLease:
         """``owner``'s lease on the gate of ``table``, for a :class:`LeaseKeeper` that renews it while work runs."""

@@ -20,7 +20,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.health import HealthTriggers, plan_table, read_health
-from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
@@ -96,6 +96,8 @@ class PlanCompactionOperator(ShortCircuitOperator):
     def _plan(self, **context: Any) -> bool:
         try:
             return self._plan_and_record(context)
+        except WriteGateUnreachableError as error:  # nowhere to record it: say which table it stopped
+            raise WriteGateUnreachableError(error.args[0], f"cannot plan {self.table}: {error}") from error
         except Exception as error:
             owner = run_owner(context)
             WriteGateHook(self.write_gate_conn_id).record_failed_run(

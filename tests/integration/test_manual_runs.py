@@ -103,3 +103,31 @@ def test_a_predicate_spark_would_refuse_fails_check_run_params_before_the_gate(
     assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
     assert record["reason"] == "check_run_params failed (RunParamsError); see its log"
     assert predicate not in str(record) or name == "empty"  # the predicate stays in the task's log
+
+
+def test_a_gate_mysql_that_does_not_answer_fails_the_plan_naming_the_table_the_connection_and_what_to_do(
+    table, compaction_dag, capfd, monkeypatch
+):
+    import json
+    import os
+
+    before = snapshot_id(table)
+    gate = json.loads(os.environ["AIRFLOW_CONN_WRITE_GATE_DEFAULT"])
+    monkeypatch.setenv("AIRFLOW_CONN_WRITE_GATE_DEFAULT", json.dumps({**gate, "port": 1}))  # nothing listens
+
+    run = compaction_dag(table).test()
+
+    output = capfd.readouterr()
+    log = output.out + output.err  # dag.test() runs the tasks in this process
+    monkeypatch.undo()  # the gate's real connection again, to look at it
+    assert run.state == "failed"
+    assert run.get_task_instance("plan_compaction").state == "failed"
+    assert run.get_task_instance("close_gate").state == "upstream_failed"
+    expected = (
+        f"cannot plan {table}: the write gate's MySQL ({gate['host']}:1, database '{gate['schema']}') of connection "
+        "'write_gate_default' did not answer: "
+    )
+    assert expected in log, log[-3000:]
+    assert "Nothing in the gate changed." in log and "`airflow connections get write_gate_default`" in log
+    assert "(2003," not in log.split(expected, 1)[1].splitlines()[0]  # pymysql's raw tuple is not the message
+    assert WriteGateHook().audit_trail(table) == [] and snapshot_id(table) == before

@@ -154,6 +154,25 @@ def test_a_gate_connection_without_a_login_is_refused_naming_it_never_taken_for_
         WriteGateHook("gate_no_schema").connection_settings()
 
 
+def test_a_gate_mysql_that_does_not_answer_is_named_with_its_connection_and_what_to_do(monkeypatch):
+    import pymysql
+
+    from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
+
+    nothing_listens = {"conn_type": "iceberg_write_gate", "host": "127.0.0.1", "port": 1, "schema": "gates",
+                       "login": "airflow", "password": "Gate-secret-77"}  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_GATE_DOWN", json.dumps(nothing_listens))
+    with pytest.raises(WriteGateUnreachableError) as down:
+        WriteGateHook("gate_down").get_state("lake.db.t")
+    message = str(down.value)
+    assert message.startswith(
+        "the write gate's MySQL (127.0.0.1:1, database 'gates') of connection 'gate_down' did not answer: "
+    )
+    assert "Nothing in the gate changed." in message and "`airflow connections get gate_down`" in message
+    assert "Gate-secret-77" not in message
+    assert isinstance(down.value, pymysql.err.OperationalError) and down.value.args[0] == 2003  # still retried
+
+
 def test_a_short_lease_still_waits_for_writers_seen_within_the_last_minute():
     writers = (WriterState("seen-50s-before", NOW - timedelta(minutes=10, seconds=50), None, None),)
     gate = closed(RUN_A, 60, lease_seconds=10, writers=writers)  # a 10 s lease, closed 10 min before NOW
