@@ -14,7 +14,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle
+from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
+
+
+class WritersNotQuiet(AirflowSensorTimeout):
+    """The idle wait ran out of time; the message says why the writers had not gone quiet, and what to do."""
 
 
 class SnapshotIdleSensor(BaseSensorOperator):
@@ -59,6 +63,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         self.write_gate_conn_id = write_gate_conn_id
         self.deferrable = deferrable
         self._ends_at: float | None = None  # when this wait's timeout runs out (monotonic), set by execute
+        self._last_check: IdleCheck | None = None  # the last look that finished, for a timeout's message
 
     def _check(self, context: Context) -> IdleCheck:
         return check_snapshot_idle(
@@ -70,7 +75,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> PokeReturnValue:
-        check = self._bounded_check(context)
+        check = self._last_check = self._bounded_check(context)
         self.log.info(
             "%s quiet for %.1f s of %d s; writers acknowledged: %s of %s", self.table, check.quiet_seconds,
             self.idle_seconds, list(check.writers_acknowledged), list(check.writers),
@@ -94,14 +99,20 @@ class SnapshotIdleSensor(BaseSensorOperator):
         worker.start()
         worker.join(max(left, 0.0))
         if worker.is_alive():
-            raise AirflowSensorTimeout(
-                f"a look at {self.table} was still running when the sensor's timeout of {self.timeout:.0f} s ran out"
-            )
+            raise self._timed_out(look_running=True)
         if isinstance(outcome.get("error"), WriteGateNotHeldError):  # a retry would not get the gate back
             raise AirflowFailException(str(outcome["error"])) from None
         if "error" in outcome:
             raise outcome["error"]
         return outcome["check"]
+
+    def _timed_out(self, look_running: bool) -> WritersNotQuiet:
+        """The timeout, with its cause as the last finished look saw it, and what to do."""
+        running = ", with a look still running" if look_running else ""
+        return WritersNotQuiet(
+            f"the writers of {self.table} had not gone quiet when the sensor's timeout of {self.timeout:g} s ran "
+            f"out{running}: {why_not_idle(self._last_check, self.table, self.write_gate_conn_id)}"
+        )
 
     def _started_at(self, context: Context) -> float:
         """When this wait began, on the monotonic clock: reschedule mode counts from its first try."""
@@ -114,7 +125,12 @@ class SnapshotIdleSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         self._ends_at = self._started_at(context) + self.timeout
         if not self.deferrable:
-            return super().execute(context)
+            try:
+                return super().execute(context)
+            except WritersNotQuiet:
+                raise
+            except AirflowSensorTimeout:  # Airflow's own, which says only how long it waited
+                raise self._timed_out(look_running=False) from None
         check = self._bounded_check(context)  # done already, or a clear error, without a trip to the triggerer
         if check.done:
             return check.as_xcom()

@@ -56,6 +56,36 @@ class IdleCheck:
         }
 
 
+def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str) -> str:
+    """Why the writers of ``table`` had not gone quiet, from the last look that finished (``check``), and what to
+    do: for the message of a wait that ran out of time."""
+    if check is None:
+        return (
+            f"the look at {table} did not finish in time: the catalog or the gate's MySQL (connection "
+            f"{write_gate_conn_id!r}) did not answer"
+        )
+    waited_for = f"writers waited for: {list(check.writers) or 'none reported'}; acknowledged: " + str(
+        list(check.writers_acknowledged)
+    )
+    newest = check.newest_snapshot_at
+    if newest is not None and newest > check.gate_closed_at:
+        after = (newest - check.gate_closed_at).total_seconds()
+        return (
+            f"a writer kept committing to {table} while its gate was closed: the newest snapshot, "
+            f"{check.newest_snapshot_id}, was committed {after:.0f} s after the gate closed (at "
+            f"{check.gate_closed_at:%Y-%m-%d %H:%M:%S} UTC) ({waited_for}). A writer that commits through a closed "
+            f"gate does not read it: check that every writer of {table} reads its write gate, from the database of "
+            f"connection {write_gate_conn_id!r}"
+        )
+    missing = sorted(set(check.writers) - set(check.writers_acknowledged))
+    return (
+        f"{table} was quiet for {check.quiet_seconds:.0f} s of the {check.idle_seconds} s required, and "
+        f"{'writers ' + str(missing) + ' did not acknowledge the pause' if missing else 'no writer acknowledged it'}"
+        f" ({waited_for}). Give the wait more time (half of the table's max_pause_seconds), or a shorter "
+        "idle_seconds"
+    )
+
+
 def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle_seconds: int) -> IdleCheck:
     """Whether the table's writers have gone idle while ``owner`` holds the gate.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
@@ -11,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 from airflow_iceberg.hooks.write_gate import WriteGateNotHeldError
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.triggers.snapshot_idle import IdleCheck
 
 
 def test_sensor_defaults_its_iceberg_connection_to_the_catalog_and_refuses_negative_idle():
@@ -33,7 +35,8 @@ def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
     monkeypatch.setattr(sensor, "_check", lambda context: released.wait(600))  # a look that never comes back
     started = time.monotonic()
     try:
-        with pytest.raises(AirflowSensorTimeout, match="still running when the sensor's timeout of 2 s ran out"):
+        with pytest.raises(AirflowSensorTimeout, match="timeout of 2 s ran out, with a look still running: the look at "
+                           "lake.demo.events did not finish in time: the catalog or the gate's MySQL"):  # fmt: skip
             sensor.execute({"ti": None})
     finally:
         released.set()
@@ -62,3 +65,39 @@ def test_a_run_that_lost_its_gate_fails_the_wait_without_retries(monkeypatch):
         sensor.execute({"ti": None})
     with pytest.raises(AirflowFailException, match="is not held"):  # the same when waiting in the triggerer
         sensor.execute_complete({}, {"status": "not_held", "message": "the write gate of lake.demo.events is not held"})
+
+
+CLOSED_AT = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
+
+
+def looks_until_timeout(monkeypatch, check: IdleCheck) -> str:
+    """The message of a poke-mode wait that times out while every look returns ``check``."""
+    sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=300, timeout=0.3,
+                                poke_interval=0.1, mode="poke", write_gate_conn_id="gate")  # fmt: skip
+    monkeypatch.setattr(sensor, "_check", lambda context: check)
+    with pytest.raises(AirflowSensorTimeout) as timed_out:
+        sensor.execute({"ti": None})
+    return str(timed_out.value)
+
+
+def test_a_wait_that_times_out_while_a_writer_commits_through_the_gate_says_so(monkeypatch):
+    committing = IdleCheck(done=False, quiet_seconds=2.0, idle_seconds=300, gate_closed_at=CLOSED_AT,
+                           newest_snapshot_id=77, newest_snapshot_at=CLOSED_AT + timedelta(seconds=95),
+                           writers=("events-ingest",), writers_acknowledged=("events-ingest",))  # fmt: skip
+    message = looks_until_timeout(monkeypatch, committing)
+    assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 0.3 s ")
+    assert "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 77, was " \
+           "committed 95 s after the gate closed (at 2026-11-25 10:00:00 UTC)" in message  # fmt: skip
+    assert "check that every writer of lake.demo.events reads its write gate, from the database of connection " \
+           "'gate'" in message  # fmt: skip
+    assert "still running" not in message
+
+
+def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_acknowledge(monkeypatch):
+    quiet = IdleCheck(done=False, quiet_seconds=120.4, idle_seconds=300, gate_closed_at=CLOSED_AT,
+                      newest_snapshot_id=76, newest_snapshot_at=CLOSED_AT - timedelta(seconds=30),
+                      writers=("a", "b"), writers_acknowledged=("a",))  # fmt: skip
+    message = looks_until_timeout(monkeypatch, quiet)
+    assert "lake.demo.events was quiet for 120 s of the 300 s required, and writers ['b'] did not acknowledge the " \
+           "pause (writers waited for: ['a', 'b']; acknowledged: ['a'])" in message  # fmt: skip
+    assert "a shorter idle_seconds" in message
