@@ -286,17 +286,27 @@ class TableConfig(BaseModel):
 
     @field_validator("where")
     @classmethod
-    def _not_empty(cls, value: str | dict[str, str | None] | None) -> str | dict[str, str | None] | None:
+    def _valid_where(cls, value: str | dict[str, str | None] | None) -> str | dict[str, str | None] | None:
         if isinstance(value, dict):
             unknown = sorted(set(value) - set(PROCEDURES))
             if unknown:
                 raise ValueError(f"where names {unknown}: give a predicate per procedure, of {list(PROCEDURES)}")
         for name, text in value.items() if isinstance(value, dict) else [("where", value)]:
+            what = "where" if name == "where" else f"where.{name}"
             if text is not None and not text.strip():
                 raise ValueError(
-                    f"{'where' if name == 'where' else f'where.{name}'} is empty: give a predicate, or leave it out "
-                    "to rewrite the whole table (an empty predicate is never taken to mean the whole table)"
+                    f"{what} is empty: give a predicate, or leave it out to rewrite the whole table (an empty "
+                    "predicate is never taken to mean the whole table)"
                 )
+            if text is not None and not any(marker in text for marker in ("{{", "{%", "{#")):
+                # Without a template it is final now: refuse it here, not in every run's check_run_params. (sqlglot
+                # is imported only for such a table; a templated predicate is checked once rendered, in each run.)
+                from airflow_iceberg.predicates import PredicateError, parse_predicate
+
+                try:
+                    parse_predicate(text, what=what, rendered=True)
+                except PredicateError as error:
+                    raise ValueError(str(error)) from None
         return value
 
     def where_for(self, procedure: str) -> str | None:

@@ -66,6 +66,33 @@ def test_bad_entry_is_named_by_position_table_and_field_and_the_others_stay_vali
     assert "tables[2] (not-a-table)" in tables.errors[1] and "field 'table'" in tables.errors[1]
 
 
+def test_a_where_without_a_template_that_spark_would_refuse_fails_its_entry_when_the_list_loads(tmp_path):
+    tables = load_table_list(
+        write(
+            tmp_path,
+            """
+            tables:
+              - table: lake.db.quote
+                where: "dt >= '2026-11-20"
+              - table: lake.db.separator
+                where: {rewrite_data_files: "dt >= '2026-11-20';"}
+              - table: lake.db.literal
+                where: "dt >= '2026-11-20'"
+              - table: lake.db.templated
+                where: "dt >= '{{ ds }}"
+            """,
+        )
+    )
+    # A templated predicate is final only once rendered: each run checks it, in check_run_params.
+    assert [str(t.table) for t in tables.tables] == ["lake.db.literal", "lake.db.templated"]
+    assert tables.errors[0].endswith(
+        "tables[0] (lake.db.quote): field 'where': where \"dt >= '2026-11-20\" is not valid Spark SQL: the ' at "
+        "character 7 opens a string that is never closed: add the closing '"
+    )
+    assert "tables[1] (lake.db.separator): field 'where': where.rewrite_data_files \"dt >= '2026-11-20';\" must " \
+           "be one condition, but it holds a ';'" in tables.errors[1]  # fmt: skip
+
+
 def test_unknown_field_and_bad_rewrite_option_are_named(tmp_path):
     tables = load_table_list(
         write(
