@@ -106,12 +106,13 @@ class SnapshotIdleSensor(BaseSensorOperator):
             raise outcome["error"]
         return outcome["check"]
 
-    def _timed_out(self, look_running: bool) -> WritersNotQuiet:
-        """The timeout, with its cause as the last finished look saw it, and what to do."""
+    def _timed_out(self, why: str | None = None, look_running: bool = False) -> WritersNotQuiet:
+        """The timeout, with its cause (``why``; else as the last finished look saw it), and what to do."""
         running = ", with a look still running" if look_running else ""
+        why = why or why_not_idle(self._last_check, self.table, self.write_gate_conn_id)
         return WritersNotQuiet(
             f"the writers of {self.table} had not gone quiet when the sensor's timeout of {self.timeout:g} s ran "
-            f"out{running}: {why_not_idle(self._last_check, self.table, self.write_gate_conn_id)}"
+            f"out{running}: {why}"
         )
 
     def _started_at(self, context: Context) -> float:
@@ -130,11 +131,12 @@ class SnapshotIdleSensor(BaseSensorOperator):
             except WritersNotQuiet:
                 raise
             except AirflowSensorTimeout:  # Airflow's own, which says only how long it waited
-                raise self._timed_out(look_running=False) from None
+                raise self._timed_out() from None
         check = self._bounded_check(context)  # done already, or a clear error, without a trip to the triggerer
         if check.done:
             return check.as_xcom()
         owner = run_owner(context)
+        left = max(0.0, self._ends_at - time.monotonic())
         self.defer(
             trigger=SnapshotIdleTrigger(
                 table=str(self.table),
@@ -144,14 +146,18 @@ class SnapshotIdleSensor(BaseSensorOperator):
                 iceberg_conn_id=self.iceberg_conn_id,
                 write_gate_conn_id=self.write_gate_conn_id,
                 poke_interval=self.poke_interval,
+                ends_at=(timezone.utcnow() + timedelta(seconds=left)).isoformat(),
             ),
             method_name="execute_complete",
-            timeout=timedelta(seconds=self.timeout),
+            # The trigger ends the wait itself, saying why; Airflow's timeout is the backstop of a stuck look.
+            timeout=timedelta(seconds=left + 2 * self.poke_interval + 60),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "not_held":
             raise AirflowFailException(event.get("message"))
+        if event.get("status") == "timeout":  # the trigger's last look said why
+            raise self._timed_out(event.get("message"))
         if event.get("status") != "success":
             raise RuntimeError(f"waiting for the writer of {self.table} to go quiet failed: {event.get('message')}")
         self.log.info("%s quiet: %s", self.table, event["check"])

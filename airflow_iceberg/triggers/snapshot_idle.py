@@ -171,7 +171,8 @@ class SnapshotIdleTrigger(BaseTrigger):
     Each check renews the run's lease. pyiceberg and pymysql are synchronous, so each check runs in a thread,
     off the event loop. The event is
     ``{"status": "success", "check": {...}}``, ``{"status": "not_held", "message": ...}`` when the run no longer
-    holds the gate, or ``{"status": "error", "message": ...}``.
+    holds the gate, ``{"status": "timeout", "message": ...}`` at ``ends_at`` (the message says why the writers had
+    not gone quiet, from the last look: :func:`why_not_idle`), or ``{"status": "error", "message": ...}``.
 
     :param table: The table, ``catalog.namespace.table``.
     :param dag_id: DAG id of the run that holds the gate.
@@ -180,6 +181,7 @@ class SnapshotIdleTrigger(BaseTrigger):
     :param iceberg_conn_id: Iceberg connection that reads the table's snapshots.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     :param poke_interval: Longest pause between checks, in seconds.
+    :param ends_at: When the wait times out (ISO 8601, with its zone); None: never, Airflow's own timeout decides.
     """
 
     def __init__(
@@ -192,6 +194,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         iceberg_conn_id: str,
         write_gate_conn_id: str,
         poke_interval: float,
+        ends_at: str | None = None,
     ) -> None:
         super().__init__()
         self.table = table
@@ -201,6 +204,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         self.iceberg_conn_id = iceberg_conn_id
         self.write_gate_conn_id = write_gate_conn_id
         self.poke_interval = poke_interval
+        self.ends_at = ends_at
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -213,12 +217,14 @@ class SnapshotIdleTrigger(BaseTrigger):
                 "iceberg_conn_id": self.iceberg_conn_id,
                 "write_gate_conn_id": self.write_gate_conn_id,
                 "poke_interval": self.poke_interval,
+                "ends_at": self.ends_at,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         owner = GateOwner(self.dag_id, self.run_id)
         table = TableName.parse(self.table)
+        ends_at = datetime.fromisoformat(self.ends_at) if self.ends_at else None
         while True:
             try:
                 check = await asyncio.to_thread(
@@ -237,5 +243,13 @@ class SnapshotIdleTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})
                 return
             self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, check.idle_seconds)
-            # Wake at the moment the window would end, unless a poke is due sooner.
-            await asyncio.sleep(max(0.5, min(self.poke_interval, check.idle_seconds - check.quiet_seconds)))
+            # Wake at the moment the window would end, unless a poke is due sooner, or the wait ends.
+            pause = max(0.5, min(self.poke_interval, check.idle_seconds - check.quiet_seconds))
+            if ends_at is not None:
+                left = (ends_at - datetime.now(timezone.utc)).total_seconds()
+                if left <= 0:
+                    why = why_not_idle(check, self.table, self.write_gate_conn_id)
+                    yield TriggerEvent({"status": "timeout", "message": why})
+                    return
+                pause = min(pause, left)
+            await asyncio.sleep(pause)

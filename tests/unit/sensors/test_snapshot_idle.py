@@ -101,3 +101,10 @@ def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_a
     assert "lake.demo.events was quiet for 120 s of the 300 s required, and writers ['b'] did not acknowledge the " \
            "pause (writers waited for: ['a', 'b']; acknowledged: ['a'])" in message  # fmt: skip
     assert "a shorter idle_seconds" in message
+
+
+def test_a_deferred_wait_that_times_out_fails_with_the_triggers_reason():
+    sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=300, timeout=600)
+    with pytest.raises(AirflowSensorTimeout, match=r"^the writers of lake.demo.events had not gone quiet when the "
+                       r"sensor's timeout of 600 s ran out: a writer kept committing"):  # fmt: skip
+        sensor.execute_complete({}, {"status": "timeout", "message": "a writer kept committing to lake.demo.events"})

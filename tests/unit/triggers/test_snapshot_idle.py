@@ -186,3 +186,22 @@ def test_trigger_reports_any_other_failed_look_as_an_error_event(monkeypatch):
         "status": "error",
         "message": "LookupError: table 'db.t' not found through Iceberg connection 'lake'",
     }
+
+
+def test_a_wait_in_the_triggerer_ends_at_its_time_saying_why_the_writers_had_not_gone_quiet(monkeypatch):
+    look, calls = looks([5.0, 6.0, 7.0])
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    ends_at = datetime.now(timezone.utc) - timedelta(seconds=1)  # already over after the first look
+    event, slept = run_trigger(trigger(ends_at=ends_at.isoformat()), monkeypatch)
+    assert len(calls) == 1 and slept == []
+    assert event == {"status": "timeout", "message": "lake.db.t was quiet for 5 s of the 30 s required, and no "
+                     "writer acknowledged it (writers waited for: none reported; acknowledged: []). Give the wait "
+                     "more time (half of the table's max_pause_seconds), or a shorter idle_seconds"}  # fmt: skip
+
+
+def test_a_wait_in_the_triggerer_sleeps_no_later_than_its_end(monkeypatch):
+    look, _ = looks([5.0, 40.0])
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    ends_at = datetime.now(timezone.utc) + timedelta(seconds=3)
+    event, slept = run_trigger(trigger(ends_at=ends_at.isoformat()), monkeypatch)
+    assert event["status"] == "success" and len(slept) == 1 and 0 < slept[0] <= 3
