@@ -8,6 +8,13 @@ compaction DAG they may read. "Force open" is offered to, and accepted from, onl
 DAG; it goes through ``WriteGateHook.force_open``, so the audit trail records the reason, the user, and the run
 that held the gate.
 
+Force-open is safe against cross-site requests. A browser sends the UI's session cookie with a form that a page of
+another origin submits, and with one from another port of the same host, so the session alone proves nothing. A
+request the cookie authenticates must carry the form's token, signed with the api-server's ``[api] secret_key``
+for that user and valid for :data:`FORM_MAX_AGE`. Its ``Origin`` (or ``Referer``), when the browser sends one,
+must be this api-server. A request with a bearer token in its ``Authorization`` header needs neither: a page of
+another origin cannot make a browser send one.
+
 The figures come from where ``airflow-iceberg report`` reads them (``airflow_iceberg.report``): the gate rows, the
 run records, and the tables' health from Iceberg metadata (pyiceberg, no Spark). The charts are drawn by
 matplotlib, as in the report's static page.
@@ -29,6 +36,8 @@ from airflow.sdk import conf
 URL_PREFIX = "/iceberg"
 #: Tables on one page of the list.
 PAGE_SIZE = 50
+#: Seconds a force-open form stays valid after the page rendered it.
+FORM_MAX_AGE = 3600
 
 _LIST = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Iceberg tables</title>{{ style }}</head><body>
@@ -55,6 +64,7 @@ _TABLE = """<!doctype html>
 {% for w in writers %}<tr><td>{{ w.writer_id }}</td><td>{{ w.seen_at or "-" }}</td><td>{{ w.ack_at or "-" }}</td>
 <td>{{ w.ack_snapshot_id or "-" }}</td></tr>{% endfor %}</table>{% endif %}
 {% if may_force_open %}<form id="force-open" method="post" action="{{ force_open_url }}">
+<input type="hidden" name="form_token" value="{{ form_token }}">
 <label>Reason <input name="reason" required size="60" placeholder="why writers must resume now"></label>
 <button type="submit">Force open</button></form>{% endif %}
 <h2>Health</h2><p id="health">{{ health }}</p>
@@ -101,12 +111,29 @@ def _may(user: Any, method: str, dag_id: str) -> bool:
     return get_auth_manager().is_authorized_dag(method=method, details=details, user=user)
 
 
+def _origin(url: str) -> str:
+    """The origin (``scheme://host:port``, lower case) of ``url``; ``"null"`` for an opaque one."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower() if parts.scheme and parts.netloc else "null"
+
+
+def _form_signer() -> Any:
+    """Signs and checks the force-open form's token: the user, with the api-server's secret key and a time."""
+    from itsdangerous import URLSafeTimedSerializer
+
+    key = conf.get("api", "secret_key", fallback="")
+    if not key:  # with no key, anyone could sign a token
+        raise RuntimeError("[api] secret_key is empty: set it (the same on every api-server) to use force-open")
+    return URLSafeTimedSerializer(key, salt="airflow_iceberg.force_open")
+
+
 def build_app() -> Any:
     """The plugin's FastAPI app."""
     import jinja2
     from airflow.api_fastapi.core_api.security import GetUserDep
     from fastapi import FastAPI, Form, HTTPException, Request
     from fastapi.responses import HTMLResponse, RedirectResponse, Response
+    from itsdangerous import BadSignature, SignatureExpired
     from markupsafe import Markup, escape
 
     from airflow_iceberg import report
@@ -144,6 +171,35 @@ def build_app() -> Any:
         if owner is None:
             return text
         return text + Markup(' (<a href="{}">the run that holds it</a>)').format(run_url(owner.dag_id, owner.run_id))
+
+    def refuse_cross_site(request: Request, user: Any, form_token: str) -> None:
+        """403 unless the request came from this api-server's own page, as :mod:`the module <.fleet>` says."""
+        if request.headers.get("authorization", "").lower().startswith("bearer "):
+            return  # a page of another origin cannot make a browser send this header
+        sent = request.headers.get("origin") or request.headers.get("referer")
+        ours = {_origin(str(request.base_url)), _origin(conf.get("api", "base_url", fallback="") or "")} - {"null"}
+        if sent is not None and _origin(sent) not in ours:
+            raise HTTPException(
+                status_code=403,
+                detail=f"refused a cross-site request: it came from a page of {_origin(sent)!r}, not of this "
+                "Airflow. Force a gate open from the Iceberg tables page of this Airflow, or with "
+                "`airflow-iceberg force-open`.",
+            )
+        try:
+            signed_for = _form_signer().loads(form_token, max_age=FORM_MAX_AGE)
+        except SignatureExpired:
+            raise HTTPException(
+                status_code=403,
+                detail=f"the form is older than {FORM_MAX_AGE} s: reload the table's page and force open again",
+            ) from None
+        except BadSignature:
+            signed_for = None
+        if signed_for != str(user.get_id()):
+            raise HTTPException(
+                status_code=403,
+                detail="refused a request without this Airflow's force-open form token (a cross-site request, or "
+                "a form of another user): force a gate open from the Iceberg tables page of this Airflow.",
+            )
 
     def gate_state(summary: report.TableSummary) -> str:
         return "-" if summary.gate is None else ("closed" if summary.gate.pauses_writers else "open")
@@ -199,6 +255,7 @@ def build_app() -> Any:
             writers=gate.writers if gate is not None else (),
             may_force_open=owner is not None and _may(user, "PUT", compaction_dag_id(config.table)),
             force_open_url=str(request.url_for("force_open", table=summary.table)),
+            form_token=_form_signer().dumps(str(user.get_id())),
             health=report.health_line(summary.health) if summary.health else "-",
             check=report.check_line(summary.check),
             errors=summary.errors,
@@ -217,8 +274,11 @@ def build_app() -> Any:
         return Response(report.chart_png(summary, chart), media_type="image/png")
 
     @app.post("/tables/{table}/force-open")
-    def force_open(request: Request, table: str, user: GetUserDep, reason: str = Form("")) -> RedirectResponse:
+    def force_open(
+        request: Request, table: str, user: GetUserDep, reason: str = Form(""), form_token: str = Form("")
+    ) -> RedirectResponse:
         config = one_table(user, table)
+        refuse_cross_site(request, user, form_token)
         if not _may(user, "PUT", compaction_dag_id(config.table)):
             raise HTTPException(
                 status_code=403, detail=f"forcing open the gate of {table} needs the right to edit its compaction DAG"

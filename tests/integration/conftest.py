@@ -297,10 +297,21 @@ def browser():
 
 
 def login(browser: Any, live_airflow: Any, user: str) -> None:
-    """Sign ``browser`` in to the live Airflow as ``user``, as its login page does: the session cookie."""
-    browser.get(f"{live_airflow.url}/api/v2/monitor/health")  # the cookie's domain first
+    """Sign ``browser`` in to the live Airflow as ``user`` through Airflow's own login form, as a person does."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from devkit.live_airflow import USERS
+
+    browser.get(f"{live_airflow.url}/api/v2/monitor/health")  # on the api-server's origin, to drop its cookies
     browser.delete_all_cookies()
-    browser.add_cookie({"name": "_token", "value": live_airflow.token(user), "path": "/"})
+    browser.get(f"{live_airflow.url}/auth/login")
+    wait = WebDriverWait(browser, 120)
+    wait.until(expected_conditions.element_to_be_clickable((By.NAME, "username"))).send_keys(user)
+    browser.find_element(By.NAME, "password").send_keys(USERS[user][1])
+    browser.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
+    wait.until(lambda b: b.get_cookie("_token"), message=f"no session cookie after {user} signed in")
 
 
 CATALOG_USER = "airflow_iceberg_test_catalog_user"

@@ -3,13 +3,21 @@
 After two compaction runs and one skipped run of a table, triggered through the REST API as a user would, the
 page lists the table with its gate, health and last compaction, and the table's page shows the runs and the
 charts. A gate a test closed is forced open from the page, with a reason that lands in the audit trail; a viewer
-(who may not edit the DAG) is offered no force-open, and the endpoint refuses them.
+(who may not edit the DAG) is offered no force-open, and the endpoint refuses them. Pages of other origins, one on
+another host name and one on another port of the same host, submit a force-open form while the admin is signed in:
+both are refused, and the gate stays closed.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 import requests
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -35,6 +43,7 @@ def trigger_and_wait(live_airflow, dag_id: str, conf: dict) -> dict:
 def compacted_table(live_airflow) -> TableName:
     """A table of small files, compacted twice (once by its health, once forced) and then skipped as healthy."""
     table = TableName.parse("lake.ui.events")
+    IcebergHook("lake").catalog.create_namespace_if_not_exists(table.namespace)  # the catalog's tables too, if new
     config = TableConfig.model_validate({**suite_defaults(), "table": str(table)})
     write_small_files(config, "--days", "2", "--commits", "3", "--files-per-commit", "4", "--delete-commits", "0")
     live_airflow.add_tables({"table": str(table), "full_rewrite": {"schedule": None}})
@@ -42,6 +51,31 @@ def compacted_table(live_airflow) -> TableName:
     runs = [trigger_and_wait(live_airflow, dag_id, conf) for conf in ({}, {"force": True}, {})]
     assert [run["state"] for run in runs] == ["success"] * 3, runs
     return table
+
+
+@contextmanager
+def site_of_another_origin(html: str, host: str) -> Iterator[str]:
+    """Serves ``html`` at ``http://{host}:{a port of its own}/``, an origin that is not the api-server's."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{host}:{server.server_port}/"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def page(browser, url: str, ready: str):
@@ -99,6 +133,38 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     assert forced["detail"] == f"{reason} (by admin, in the Airflow UI)"
     assert not gate_hook.get_state(table).pauses_writers
     assert browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action='force_open']").text.endswith(forced["detail"])
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"], ids=["another-site", "another-port-of-the-host"])
+def test_a_page_of_another_origin_cannot_force_a_gate_open(browser, live_airflow, compacted_table, gate_hook, host):
+    table = str(compacted_table)
+    endpoint = f"{live_airflow.url}{URL_PREFIX}/tables/{table}/force-open"
+    attack = (
+        f'<!doctype html><form method="post" action="{endpoint}"><input name="reason" value="writers, resume">'
+        '<input name="form_token" value="guessed"></form><script>document.forms[0].submit()</script>'
+    )
+    gate_hook.close_gate(table, HOLDER, lease_seconds=600)
+    try:
+        login(browser, live_airflow, "admin")  # just now: Chromium still sends a fresh lax cookie with a POST
+        with site_of_another_origin(attack, host) as attacker:
+            assert not attacker.startswith(live_airflow.url)
+            browser.get(attacker)
+            refused = WebDriverWait(browser, 60).until(
+                lambda b: b.current_url == endpoint and "refused a cross-site request" in b.page_source
+            )
+        assert refused
+        # The browser sent the admin's session (else the answer would be 401, not this refusal), and named the page:
+        assert f"it came from a page of '{attacker.rstrip('/')}'" in browser.page_source
+        assert gate_hook.get_state(table).owner == HOLDER  # still closed, by the same run
+        assert [r["action"] for r in gate_hook.audit_trail(table)][-1] == "close"
+
+        # Without a browser's Origin: the session cookie alone, with no form token of this Airflow, is refused too.
+        session = {"_token": browser.get_cookie("_token")["value"]}
+        bare = requests.post(endpoint, data={"reason": "no token"}, cookies=session, timeout=60, allow_redirects=False)
+        assert bare.status_code == 403 and "without this Airflow's force-open form token" in bare.text, bare.text
+        assert gate_hook.get_state(table).owner == HOLDER
+    finally:
+        gate_hook.force_open(table, "test done")
 
 
 def test_the_page_is_in_the_airflow_ui_behind_its_login(browser, live_airflow, compacted_table):

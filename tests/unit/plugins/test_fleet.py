@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -98,7 +99,7 @@ def client(monkeypatch, tmp_path):
     root = FastAPI()
     app = fleet.build_app()
     app.dependency_overrides[security.get_user] = lambda: type(
-        "User", (), {"name": state["user"], "get_name": lambda self: self.name}
+        "User", (), {"name": state["user"], "get_name": lambda self: self.name, "get_id": lambda self: self.name}
     )()
     root.mount(fleet.URL_PREFIX, app)
     return TestClient(root), state
@@ -114,25 +115,82 @@ def test_the_list_shows_each_tables_gate_health_and_last_compaction(client):
     assert "compact  success  data files 24 -&gt; 2  delete files 3 -&gt; 0  paused 21.5 s" in page
 
 
+def form_token(http) -> str:
+    """The force-open form's token, from the table's page as the signed-in user sees it."""
+    found = re.search(r'name="form_token" value="([^"]+)"', http.get(f"/iceberg/tables/{TABLE}").text)
+    assert found, "the table's page has no force-open form"
+    return found.group(1)
+
+
 def test_a_table_page_offers_force_open_to_editors_only_and_links_the_holding_run(client):
     http, state = client
     page = http.get(f"/iceberg/tables/{TABLE}").text
     assert 'id="force-open"' in page and f"/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}" in page
     assert page.count("<img ") == 3
+    token = form_token(http)
     state["user"] = "viewer"
     assert 'id="force-open"' not in http.get(f"/iceberg/tables/{TABLE}").text
-    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "mine now"})
-    assert refused.status_code == 403 and state["forced"] == []
+    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "mine now", "form_token": token})
+    assert refused.status_code == 403 and state["forced"] == []  # the admin's form, posted as the viewer
 
 
 def test_force_open_needs_a_reason_and_records_who_gave_it(client):
     http, state = client
-    assert http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "  "}).status_code == 400
-    done = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died"}, follow_redirects=False)
+    token = form_token(http)
+    blank = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "  ", "form_token": token})
+    assert blank.status_code == 400
+    done = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token},
+                     headers={"Origin": "http://testserver"}, follow_redirects=False)  # fmt: skip
     assert done.status_code == 303 and done.headers["location"].endswith(f"/iceberg/tables/{TABLE}")
     assert state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
     page = http.get(done.headers["location"]).text  # the gate is open now: nothing to force, no holder
     assert 'data-gate="open"' in page and 'id="force-open"' not in page
+
+
+@pytest.mark.parametrize(
+    ("headers", "token", "refusal"),
+    [
+        ({"Origin": "http://localhost:8081"}, "the page's", "it came from a page of 'http://localhost:8081'"),
+        ({"Origin": "http://testserver:8081"}, "the page's", "it came from a page of 'http://testserver:8081'"),
+        ({"Origin": "null"}, "the page's", "it came from a page of 'null'"),
+        ({"Referer": "http://evil.example/x"}, "the page's", "it came from a page of 'http://evil.example'"),
+        ({}, None, "without this Airflow's force-open form token"),
+        ({"Origin": "http://testserver"}, "forged", "without this Airflow's force-open form token"),
+        ({}, "another user's", "without this Airflow's force-open form token"),
+    ],
+    ids=["another-site", "another-port", "opaque-origin", "foreign-referer", "no-token", "forged", "other-user"],
+)
+def test_a_cross_site_force_open_is_refused_and_the_gate_stays_closed(client, headers, token, refusal):
+    http, state = client
+    from airflow_iceberg.plugins.fleet import _form_signer
+
+    tokens = {"the page's": form_token(http), "forged": "x" + form_token(http)[1:],
+              "another user's": _form_signer().dumps("viewer"), None: None}  # fmt: skip
+    data = {"reason": "writers, resume"} | ({"form_token": tokens[token]} if tokens[token] else {})
+    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data=data, headers=headers, follow_redirects=False)
+    assert refused.status_code == 403 and refusal in refused.json()["detail"], refused.text
+    assert state["forced"] == [] and state["closed"]
+
+
+def test_an_expired_form_is_refused_with_what_to_do(client, monkeypatch):
+    http, state = client
+    from airflow_iceberg.plugins import fleet
+
+    token = form_token(http)
+    monkeypatch.setattr(fleet, "FORM_MAX_AGE", -1)
+    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token})
+    assert refused.status_code == 403 and "reload the table's page" in refused.json()["detail"]
+    assert state["forced"] == []
+
+
+def test_a_request_with_a_bearer_token_needs_no_form_token(client):
+    # A page of another origin cannot make a browser send an Authorization header: scripts use the API's tokens.
+    http, state = client
+    bearer = {"Authorization": "Bearer a-token-the-api-server-checked"}  # the fake auth manager's user is admin
+    done = http.post(
+        f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died"}, headers=bearer, follow_redirects=False
+    )
+    assert done.status_code == 303 and state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
 
 
 def test_a_table_not_in_the_list_is_not_found_and_charts_are_pngs_drawn_from_the_runs_alone(client):
