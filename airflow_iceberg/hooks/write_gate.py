@@ -79,6 +79,8 @@ _RUN_INSERT = f"""INSERT INTO {RUN_TABLE} ({", ".join(RUN_COLUMNS)}, finished_at
     VALUES ({", ".join(f"%({c})s" for c in RUN_COLUMNS)}, IF(%(finished)s, NOW(6), NULL))"""
 _RUN_SELECT = f"""SELECT id, {", ".join(RUN_COLUMNS)}, started_at, finished_at FROM {RUN_TABLE}
     WHERE table_name = %s ORDER BY id"""
+_RUN_SELECT_ONE = f"""SELECT {", ".join(RUN_COLUMNS)} FROM {RUN_TABLE}
+    WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s"""
 
 # The health watch's last check of each table (triggers/table_health.py): one upsert per sweep for all of them.
 HEALTH_TABLE = "iceberg_health_check"
@@ -663,7 +665,8 @@ class WriteGateHook(BaseHook):
     def record_run(self, record: Mapping[str, Any], *, finished: bool) -> None:
         """Write or complete the run record of ``record['dag_id']``/``record['run_id']``.
 
-        Columns ``record`` leaves out (or sets to None) keep what an earlier write of the same run put there.
+        Columns ``record`` leaves out (or sets to None) keep what an earlier write of the same run put there. A
+        ``finished`` record is sent, whole, to Airflow's metrics (:mod:`airflow_iceberg.metrics`).
         """
         unknown = set(record) - set(RUN_COLUMNS)
         if unknown:
@@ -678,6 +681,13 @@ class WriteGateHook(BaseHook):
             cursor.execute(f"SELECT id FROM {RUN_TABLE} WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s FOR UPDATE",
                            values)  # fmt: skip
             cursor.execute(update if cursor.fetchone() else _RUN_INSERT, values)
+            if finished:
+                cursor.execute(_RUN_SELECT_ONE, values)
+                complete = cursor.fetchone()
+        if finished:  # the whole record, as written, goes to Airflow's metrics (airflow_iceberg.metrics)
+            from airflow_iceberg import metrics
+
+            metrics.emit_run(complete)
 
     def record_failed_run(self, table: TableName | str, dag_id: str, run_id: str, task_id: str,
                           error: BaseException) -> None:  # fmt: skip

@@ -38,6 +38,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
+from airflow_iceberg import metrics
 from airflow_iceberg.health import HealthTriggers, ManifestRead, SnapshotFacts, plan_table, screen
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
@@ -245,6 +246,9 @@ class CatalogSweep:
         for check in checks:
             counts[check.decision] = counts.get(check.decision, 0) + 1
             counts[f"read {check.reading}"] = counts.get(f"read {check.reading}", 0) + 1
+        # Every table the sweep found needing work, whether it started a run now or waits for one under way.
+        needing = sum(counts.get(decision, 0) for decision in ("started", "waiting", "needs_work"))
+        metrics.emit_sweep(self.iceberg_conn_id, needing)
         self.log.info("Health sweep of %r: %d tables in %.2f s: %s", self.iceberg_conn_id, len(checks),
                       time.monotonic() - began, ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))  # fmt: skip
         now = datetime.now(timezone.utc).isoformat()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import string
 import threading
 from collections.abc import Iterator
@@ -253,8 +254,55 @@ def mysql_server() -> pymysql.connections.Connection:
 FLEET_SIZE = 200
 
 
+class StatsdListener(threading.Thread):
+    """A StatsD server for the suite: every line the live Airflow sends it, in the order it came."""
+
+    def __init__(self) -> None:
+        super().__init__(name="statsd-listener", daemon=True)
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.lines: list[str] = []
+
+    def run(self) -> None:
+        while True:
+            try:
+                packet = self.socket.recv(65535)
+            except OSError:  # closed: the session is over
+                return
+            self.lines.extend(packet.decode(errors="replace").splitlines())
+
+    def sent(self, name: str, kind: str, **tags: str) -> list[tuple[dict[str, str], float]]:
+        """(tags, value) of each ``name`` metric of ``kind`` (``c``, ``g``, ``ms``) with ``tags`` among its own,
+        in the order sent; ``name`` without Airflow's prefix."""
+        found = []
+        for line in list(self.lines):  # airflow.name,tag=value,...:value|kind
+            head, _, rest = line.partition(":")
+            metric, *pairs = head.split(",")
+            value, _, line_kind = rest.partition("|")
+            its_tags = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+            if metric == f"airflow.{name}" and line_kind.split("|")[0] == kind and tags.items() <= its_tags.items():
+                found.append((its_tags, float(value)))
+        return found
+
+    def settings(self) -> dict[str, str]:
+        """Airflow's ``[metrics]`` settings that send here, with tags in the InfluxDB style (``name,tag=value``)."""
+        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(self.port), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"}  # fmt: skip
+
+
 @pytest.fixture(scope="session")
-def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: None):
+def statsd() -> Iterator[StatsdListener]:
+    """The StatsD server the live Airflow sends its metrics to."""
+    listener = StatsdListener()
+    listener.start()
+    yield listener
+    listener.socket.close()
+
+
+@pytest.fixture(scope="session")
+def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: None, statsd: StatsdListener):
     """One ``airflow standalone`` for the whole session, shared by every test that needs a live Airflow.
 
     Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
@@ -267,7 +315,7 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: No
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": fleet(FLEET_SIZE)}))
     home = root / "airflow-home"
     home.mkdir()
-    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX)
+    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX, settings=statsd.settings())
     try:
         airflow.start()
         yield airflow

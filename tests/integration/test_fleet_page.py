@@ -25,6 +25,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import GateOwner
+from airflow_iceberg.metrics import RUN_GAUGES
 from airflow_iceberg.plugins.fleet import PAGE_SIZE, URL_PREFIX
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.writers import write_small_files
@@ -211,6 +212,25 @@ def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
         assert [r["action"] for r in gate_hook.audit_trail(table)][-1] == "close"
     finally:
         gate_hook.force_open(table, "test done")
+
+
+def test_each_finished_run_sends_its_record_to_airflows_metrics_tagged_by_table(
+    live_airflow, compacted_table, gate_hook, statsd
+):
+    table = str(compacted_table)
+    records = gate_hook.run_records(table)  # compacted, forced, skipped
+    finished = live_airflow.wait_for(
+        "a finished-run metric of each run",
+        lambda: (got := statsd.sent("iceberg.run.finished", "c", table=table)) and len(got) >= len(records) and got,
+        120,
+    )
+    assert finished == [({"table": table, "outcome": r["outcome"], "decision": r["decision"]}, 1.0) for r in records]
+    for column in RUN_GAUGES:
+        values = [value for _, value in statsd.sent(f"iceberg.run.{column}", "g", table=table)]
+        assert values == [r[column] for r in records if r[column] is not None], column
+    paused = [round(value) for _, value in statsd.sent("iceberg.run.gate_closed", "ms", table=table)]
+    assert paused == [round(float(r["gate_closed_seconds"]) * 1000) for r in records[:2]]  # the skip paused nothing
+    assert records[2]["gate_closed_seconds"] is None and all(p > 0 for p in paused)
 
 
 def test_what_the_page_serves_needs_a_session_too(live_airflow, compacted_table):

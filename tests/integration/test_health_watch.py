@@ -112,11 +112,15 @@ def test_healthy_tables_create_no_runs_and_their_checks_say_why(live_airflow, fl
     assert page.ok and "healthy: no delete files, 1 data files in all" in page.text
 
 
-def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_airflow, fleet):
+def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_airflow, fleet, statsd):
     table = fleet[1]
+    sweeps_before = len(statsd.sent("iceberg.health.tables_needing_work", "g", catalog="lake"))
     append(table, MIN_SMALL_FILES)  # 5 small files now
     first = live_airflow.wait_for("a run of the table", lambda: runs(live_airflow, table), 120)
     assert len(first) == 1 and first[0][1] == "asset_triggered"
+    # The sweep that started it told Airflow's metrics that one table of the catalog needs work.
+    needing = [v for _, v in statsd.sent("iceberg.health.tables_needing_work", "g", catalog="lake")[sweeps_before:]]
+    assert any(value >= 1 for value in needing), needing
     run = live_airflow.wait_for_run(compaction_dag_id(table), first[0][0], timeout=600)
     assert run["state"] == "success", live_airflow.task_states(compaction_dag_id(table), first[0][0])
     assert TableStats.read("lake", table).data_files == 1
@@ -138,6 +142,7 @@ def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_air
     assert checks([table])[str(table)]["decision"] == "healthy"
     assert len(runs(live_airflow, table)) == 1
     assert [t for t in fleet if t != table and runs(live_airflow, t)] == []
+    assert statsd.sent("iceberg.health.tables_needing_work", "g", catalog="lake")[-1][1] == 0  # healthy again
 
 
 def test_an_unreachable_catalog_neither_crashes_the_triggerer_nor_creates_runs(live_airflow, fleet):
