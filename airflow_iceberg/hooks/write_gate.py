@@ -139,7 +139,7 @@ class WriteGateNotHeldError(RuntimeError):
     """The run no longer holds the gate it closed (its lease ended, or someone opened it): stop, don't rewrite."""
 
 
-#: pymysql's codes for a MySQL that cannot be reached (2003, 2005, 2013) or refuses the login (1045, 1044).
+#: pymysql's codes for a MySQL that cannot be reached (2003, 2005, 2006, 2013) or refuses the login (1044, 1045).
 _UNREACHABLE = {2003, 2005, 2006, 2013}
 _LOGIN_REFUSED = {1044, 1045}
 
