@@ -20,8 +20,8 @@ from datetime import date, datetime, timezone
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 #: Nodes that make a predicate something other than a filter on the table's own rows.
 _FORBIDDEN = (exp.Query, exp.Subquery, exp.Command, exp.DDL, exp.DML, exp.Table, exp.Placeholder, exp.Parameter)
+#: Spark SQL as sqlglot reads it.
+_SPARK = Dialect.get_or_raise("spark")
 #: Jinja's markers: a template that was never rendered.
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 #: What a predicate's top must be: a comparison, IN, IS, BETWEEN, LIKE, AND/OR, NOT, or a boolean constant.
@@ -78,9 +80,9 @@ def parse_predicate(text: object, *, what: str = "where", rendered: bool = False
             "the value itself, such as dt >= '2026-11-25' (templates belong in the table list's where, which is "
             "rendered for each run)"
         )
-    try:
-        tokens = sqlglot.tokenize(text, read="spark")
-        statements = sqlglot.parse(text, read="spark")
+    try:  # tokenized once: the checks below read the same tokens the parser did
+        tokens = _SPARK.tokenize(text)
+        statements = _SPARK.parser().parse(tokens, text)
     except (ParseError, TokenError) as error:
         raise PredicateError(f"{what} {quoted} is not valid Spark SQL: {_syntax_advice(text, error)}") from None
     if any(token.token_type is TokenType.SEMICOLON for token in tokens):
@@ -154,7 +156,7 @@ def _holds_template(text: str) -> bool:
 def _syntax_advice(text: str, error: Exception) -> str:
     """What to change in ``text``, which sqlglot could not read: an unclosed quote, unbalanced parentheses, or
     else where sqlglot stopped."""
-    quote, opened, depth, opens, closes = None, 0, 0, 0, 0
+    quote, opened, opens, closes = None, 0, 0, 0
     index = 0
     while index < len(text):
         char = text[index]
@@ -169,9 +171,9 @@ def _syntax_advice(text: str, error: Exception) -> str:
         elif char in "'\"`":
             quote, opened = char, index
         elif char == "(":
-            depth, opens = depth + 1, opens + 1
+            opens += 1
         elif char == ")":
-            depth, closes = depth - 1, closes + 1
+            closes += 1
         index += 1
     if quote is not None:
         return (
