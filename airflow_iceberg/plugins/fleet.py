@@ -246,6 +246,7 @@ def build_app() -> Any:
             for r in reversed(summary.runs)
         ]
         owner = holder(summary)
+        may_force_open = owner is not None and _may(user, "PUT", compaction_dag_id(config.table))
         return table_page.render(
             style=Markup(_STYLE),
             list_url=str(request.url_for("tables")),
@@ -253,9 +254,9 @@ def build_app() -> Any:
             gate_state=gate_state(summary),
             gate=gate_html(summary),
             writers=gate.writers if gate is not None else (),
-            may_force_open=owner is not None and _may(user, "PUT", compaction_dag_id(config.table)),
+            may_force_open=may_force_open,
             force_open_url=str(request.url_for("force_open", table=summary.table)),
-            form_token=_form_signer().dumps(str(user.get_id())),
+            form_token=_form_signer().dumps(str(user.get_id())) if may_force_open else "",
             health=report.health_line(summary.health) if summary.health else "-",
             check=report.check_line(summary.check),
             errors=summary.errors,
