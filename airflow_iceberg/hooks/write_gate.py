@@ -35,10 +35,11 @@ from airflow_iceberg.spark_jobs.write_gate import (
 
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
-_SELECT = (
+_SELECT_GATES = (
     "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
-    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE} WHERE table_name = %s"
+    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE}"
 )
+_SELECT = f"{_SELECT_GATES} WHERE table_name = %s"
 
 _SELECT_WRITERS = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
     WHERE table_name = %s ORDER BY writer_id"""
@@ -84,7 +85,7 @@ _RUN_SELECT_ONE = f"""SELECT {", ".join(RUN_COLUMNS)} FROM {RUN_TABLE}
 
 # The health watch's last check of each table (triggers/table_health.py): one upsert per sweep for all of them.
 HEALTH_TABLE = "iceberg_health_check"
-HEALTH_COLUMNS = ("table_name", "snapshot_id", "decision", "reason", "reading")
+HEALTH_COLUMNS = ("table_name", "snapshot_id", "decision", "reason", "reading", "score", "data_files", "delete_files")
 _HEALTH_UPSERT = f"""INSERT INTO {HEALTH_TABLE} ({", ".join(HEALTH_COLUMNS)}, checked_at, started_at)
     VALUES ({", ".join(["%s"] * len(HEALTH_COLUMNS))}, NOW(6), IF(%s, NOW(6), NULL))
     ON DUPLICATE KEY UPDATE {", ".join(f"{c} = VALUES({c})" for c in HEALTH_COLUMNS[1:])}, checked_at = NOW(6),
@@ -96,6 +97,10 @@ _LAST_RUNS = f"""SELECT r.table_name, r.dag_id, r.run_id, r.decision, r.outcome,
     TIMESTAMPDIFF(MICROSECOND, COALESCE(r.finished_at, r.started_at), NOW(6)) / 1e6 AS seconds_ago
     FROM {RUN_TABLE} r JOIN (SELECT MAX(id) AS id FROM {RUN_TABLE} WHERE table_name IN ({{}}) GROUP BY table_name) n
     ON r.id = n.id"""
+
+# How many runs of each table failed in the last %s seconds, by the database clock.
+_FAILED_RUNS = f"""SELECT table_name, COUNT(*) AS failed FROM {RUN_TABLE}
+    WHERE outcome = 'failed' AND started_at >= NOW(6) - INTERVAL %s SECOND GROUP BY table_name"""
 
 # Spark slots (tables with spark_pool_slots): at most N tables of one Spark connection have their gate closed at
 # once. A run asks from close_gate, before it pauses anyone; the Spark connection's row lock orders the askers.
@@ -486,6 +491,12 @@ class WriteGateHook(BaseHook):
                 return GateState.never_closed(name, now, writers)  # type: ignore[arg-type]
         return GateState.from_row(row, writers)
 
+    def gate_states(self) -> dict[str, GateState]:
+        """Every gate row of the connection's database, by table name, without its writers: a fleet at a glance."""
+        with self._transaction() as cursor:
+            cursor.execute(_SELECT_GATES)
+            return {row["table_name"]: GateState.from_row(row) for row in cursor.fetchall()}
+
     @staticmethod
     def _locked_state(cursor: pymysql.cursors.DictCursor, name: str) -> GateState:
         """The gate row of ``name``, created if missing and locked until the transaction ends."""
@@ -735,6 +746,12 @@ class WriteGateHook(BaseHook):
         for row in rows:
             row["checked_at"], row["started_at"] = _utc(row["checked_at"]), _utc(row["started_at"])
         return {row["table_name"]: row for row in rows}
+
+    def failed_runs(self, seconds: int) -> dict[str, int]:
+        """How many runs of each table that has any failed among those that began in the last ``seconds``."""
+        with self._transaction() as cursor:
+            cursor.execute(_FAILED_RUNS, (int(seconds),))
+            return {row["table_name"]: int(row["failed"]) for row in cursor.fetchall()}
 
     def last_runs(self, tables: list[TableName | str]) -> dict[str, dict[str, Any]]:
         """The newest run record of each of ``tables`` that has one, with ``seconds_ago``: since it ended, or

@@ -109,3 +109,9 @@ CREATE TABLE IF NOT EXISTS iceberg_health_check (
     reading     VARCHAR(16)   NOT NULL COMMENT 'what the check read: listing, metadata or manifests',
     started_at  TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'when the watch last started a run for it'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 7: the check's figures, so that the UI lists a fleet by need without reading any table's metadata
+ALTER TABLE iceberg_health_check
+    ADD COLUMN score        BIGINT NULL COMMENT 'small plus delete files in the partitions needing work, when read',
+    ADD COLUMN data_files   BIGINT NULL COMMENT 'data files of its current snapshot (the snapshot summary''s total)',
+    ADD COLUMN delete_files BIGINT NULL COMMENT 'delete files of its current snapshot (the snapshot summary''s total)';

@@ -189,10 +189,14 @@ class Check:
     reading: str = "listing"  # what it read: listing, metadata or manifests
     snapshot_id: int | None = None
     partitions: dict[str, list[str]] = field(default_factory=dict)
+    score: int | None = None  # the plan's: small plus delete files in the partitions needing work (0 if healthy)
+    data_files: int | None = None  # the current snapshot's totals, as its summary gives them
+    delete_files: int | None = None
 
     def row(self) -> dict[str, Any]:
         return {"table_name": self.table, "snapshot_id": self.snapshot_id, "decision": self.decision,
-                "reason": self.reason[:1000], "reading": self.reading}  # fmt: skip
+                "reason": self.reason[:1000], "reading": self.reading, "score": self.score,
+                "data_files": self.data_files, "delete_files": self.delete_files}  # fmt: skip
 
 
 @dataclass
@@ -327,12 +331,13 @@ class CatalogSweep:
             memory = self.memory[table] = TableMemory(location, facts, memory.last_read if memory else None,
                                                       memory.started_at if memory else None)  # fmt: skip
         triggers = watcher.triggers
-        snapshot_id, last_read = memory.facts.snapshot_id, memory.last_read
+        facts, last_read = memory.facts, memory.last_read
+        snapshot_id, totals = facts.snapshot_id, {"data_files": facts.data_files, "delete_files": facts.delete_files}
         now_ms = int(time.time() * 1000)
         if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(triggers, now_ms):
             must_read, why = screen(memory.facts, last_read, triggers)
             if not must_read:
-                return Check(table, "healthy", why, reading, snapshot_id)
+                return Check(table, "healthy", why, reading, snapshot_id, score=0, **totals)
             iceberg_table = self.catalog().load_table(TableName.parse(table).in_catalog)
             where = {procedure: render_at(template, datetime.now(timezone.utc)) for procedure, template
                      in watcher.where.items()}  # fmt: skip
@@ -341,8 +346,8 @@ class CatalogSweep:
             reading = "manifests"
         plan = last_read.plan
         if plan.decision == "compact":
-            return Check(table, "needs_work", plan.reason, reading, snapshot_id, plan.partitions)
-        return Check(table, "healthy", plan.reason, reading, snapshot_id)
+            return Check(table, "needs_work", plan.reason, reading, snapshot_id, plan.partitions, plan.score, **totals)
+        return Check(table, "healthy", plan.reason, reading, snapshot_id, score=0, **totals)
 
     # --- holding back a second run ------------------------------------------------------------------------------
 
