@@ -97,8 +97,22 @@ def _summarize(config: Any) -> TableSummary:
 # --- text ------------------------------------------------------------------------------------------------------
 
 
-def megabytes(count: float | None) -> str:
-    return "-" if count is None else f"{count / 1e6:.2f} MB"
+def size(count: float | None) -> str:
+    """Bytes in the unit that suits them, to three significant figures: ``812 B``, ``3.41 MB``, ``1.2 GB``."""
+    if count is None:
+        return "-"
+    units = ("B", "KB", "MB", "GB", "TB", "PB")
+    for unit in units:
+        shown = float(f"{count:.3g}")
+        if abs(shown) < 1000 or unit == units[-1]:
+            return f"{shown:g} {unit}"
+        count /= 1000
+    raise AssertionError("unreachable")
+
+
+def files(count: int, kind: str) -> str:
+    """``1 data file``, ``6 data files``."""
+    return f"{count} {kind} file{'' if count == 1 else 's'}"
 
 
 def _when(moment: datetime | None) -> str:
@@ -120,8 +134,8 @@ def gate_line(gate: GateState) -> str:
 
 def health_line(health: Health) -> str:
     return (
-        f"{health.data_files} data files ({health.small_files} small), {health.delete_files} delete files, "
-        f"average {megabytes(health.average_file_bytes)}"
+        f"{files(health.data_files, 'data')} ({health.small_files} small), {files(health.delete_files, 'delete')}, "
+        f"average {size(health.average_file_bytes)}"
     )
 
 

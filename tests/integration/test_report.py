@@ -13,7 +13,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.health import read_health
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
-from airflow_iceberg.report import chart_names
+from airflow_iceberg.report import chart_names, size
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -58,7 +58,7 @@ def test_the_report_says_what_the_run_records_and_the_table_say(table, compactio
     small = sum(p.small_files for p in health.partitions)
     assert lines["health"] == (
         f"{health.data_files} data files ({small} small), {health.delete_files} delete files, "
-        f"average {health.data_bytes / health.data_files / 1e6:.2f} MB"
+        f"average {size(health.data_bytes / health.data_files)}"
     )
     assert lines["last compaction"].startswith(first["started_at"].strftime("%Y-%m-%d %H:%M:%S UTC"))
     assert (

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from airflow_iceberg.report import Health, TableSummary, history, render_text
+import pytest
+
+from airflow_iceberg.report import Health, TableSummary, health_line, history, render_text, size
 
 T0 = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
 
@@ -45,7 +47,7 @@ def test_the_text_names_the_last_compaction_not_the_last_run():
     assert text.splitlines() == [
         "lake.db.t",
         "  gate             -",
-        "  health           6 data files (5 small), 0 delete files, average 0.62 MB",
+        "  health           6 data files (5 small), 0 delete files, average 617 KB",
         "  last check       never (health watch off, or no sweep yet)",
         "  last compaction  2026-11-25 03:00:00 UTC  compact  success  data files 40 -> 4  delete files 8 -> 0  "
         "paused 31.2 s",
@@ -61,3 +63,16 @@ def test_the_text_says_when_the_watch_last_checked_and_what_it_decided():
         "  last check       2026-11-25 03:00:00 UTC  waiting: 1 of 1 partitions need work; waits: a run is queued "
         "(read listing); last started a run 2026-11-25 02:58:00 UTC"
     ) in text.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("count", "shown"),
+    [(None, "-"), (0, "0 B"), (812, "812 B"), (1000, "1 KB"), (616_666, "617 KB"), (999_600, "1 MB"),
+     (3_410_000, "3.41 MB"), (1.2e9, "1.2 GB")],
+)  # fmt: skip
+def test_sizes_read_in_the_unit_that_suits_them(count, shown):
+    assert size(count) == shown
+
+
+def test_one_file_is_one_file():
+    assert health_line(Health(1, 1, 1, 20_000)) == "1 data file (1 small), 1 delete file, average 20 KB"
