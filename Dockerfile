@@ -1,6 +1,13 @@
 # One image for the whole stack: Airflow (api-server, scheduler, dag-processor, triggerer) with this provider,
 # and the Spark environment (master, worker, and spark-submit for the rewrite tasks), built by the same
 # scripts/setup.sh that `make test` uses, so the stack runs what the tests ran.
+# The "Iceberg tables" page's front end, built by npm as scripts/setup.sh builds it.
+FROM node:20-bookworm-slim AS ui
+WORKDIR /ui
+COPY ui/package.json ui/package-lock.json ui/vite.config.js ./
+COPY ui/src ./src
+RUN npm ci --no-audit --no-fund && npm run build -- --outDir /static
+
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -15,10 +22,11 @@ COPY scripts ./scripts
 COPY airflow_iceberg ./airflow_iceberg
 COPY spark_jobs ./spark_jobs
 COPY dags ./dags
+COPY --from=ui /static ./airflow_iceberg/plugins/static
 
 # Environments and jars only: the databases belong to the running stack (docker/mysql-init.sql, airflow-init),
 # and no Flink job runs in it.
-RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 AIRFLOW_ICEBERG_SKIP_FLINK=1 bash scripts/setup.sh \
+RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 AIRFLOW_ICEBERG_SKIP_FLINK=1 AIRFLOW_ICEBERG_SKIP_UI=1 bash scripts/setup.sh \
     && VIRTUAL_ENV=/opt/airflow-iceberg/.venv/airflow .venv/tools/bin/uv pip install -q "apache-airflow[postgres]==3.3.*"
 
 ENV PATH=/opt/airflow-iceberg/.venv/airflow/bin:/opt/airflow-iceberg/.venv/spark/bin:$PATH \

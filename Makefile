@@ -55,4 +55,4 @@ docs: setup
 	@$(ENV) $(PY) -m devkit.docs
 
 clean:
-	rm -rf build .venv
+	rm -rf build .venv ui/node_modules airflow_iceberg/plugins/static

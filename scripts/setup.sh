@@ -67,6 +67,22 @@ if ! stamp_ok airflow-venv pyproject.toml; then
     stamp_write airflow-venv pyproject.toml
 fi
 
+# --- The "Iceberg tables" page of the Airflow UI: ui/, built by npm (Vite) into the package's static/ ------------
+# A React app plugin: the wheel ships the one script it builds, so nothing loads from a CDN at run time. The image
+# of the compose stack builds it in a Node stage of its own (Dockerfile) and sets AIRFLOW_ICEBERG_SKIP_UI.
+bundle=airflow_iceberg/plugins/static/iceberg-tables.js
+if [[ -z "${AIRFLOW_ICEBERG_SKIP_UI:-}" ]]; then
+    mapfile -t ui_sources < <(find ui -type f -not -path 'ui/node_modules/*' | sort)
+    if ! stamp_ok ui "${ui_sources[@]}" || [[ ! -f "$bundle" ]]; then
+        step "Iceberg tables page (ui/ -> $bundle)"
+        command -v npm >/dev/null || { echo "setup: npm (Node.js 20.19 or newer) is required on PATH" >&2; exit 1; }
+        mkdir -p "$AIRFLOW_ICEBERG_BUILD"
+        (cd ui && npm ci --no-audit --no-fund && npm run build) >"$AIRFLOW_ICEBERG_BUILD/ui.log" 2>&1 ||
+            { cat "$AIRFLOW_ICEBERG_BUILD/ui.log" >&2; exit 1; }
+        stamp_write ui "${ui_sources[@]}"
+    fi
+fi
+
 # --- The Spark jobs' jars, from Maven Central: Iceberg's Spark runtime, the MariaDB JDBC driver ------------------
 jars="$AIRFLOW_ICEBERG_JARS"
 if ! stamp_ok jars requirements/pom.xml || [[ ! -d "$jars" ]]; then

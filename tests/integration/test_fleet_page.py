@@ -1,11 +1,11 @@
 """The "Iceberg tables" page, in a real browser (Debian's headless Chromium) against the live Airflow's api-server.
 
-After two compaction runs and one skipped run of a table, triggered through the REST API as a user would, the
-page lists the table with its gate, health and last compaction, and the table's page shows the runs and the
-charts. A gate a test closed is forced open from the page, with a reason that lands in the audit trail; a viewer
-(who may not edit the DAG) is offered no force-open, and the endpoint refuses them. Pages of other origins, one on
-another host name and one on another port of the same host, submit a force-open form while the admin is signed in:
-both are refused, and the gate stays closed.
+The page is a React app inside the Airflow UI (a plugin's ``react_apps``). After two compaction runs and one skipped
+run of a table, triggered through the REST API as a user would, the page lists the table with its gate, need and
+last run, and the table's page shows the runs and the charts. A gate a test closed is forced open from the page,
+with a reason that lands in the audit trail; a viewer (who may not edit the DAG) is offered no force-open, and the
+endpoint refuses them. Pages of other origins, one on another host name and one on another port of the same host,
+submit a force-open form while the admin is signed in: both are refused, and the gate stays closed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import quote
 
 import pytest
 import requests
@@ -26,7 +27,7 @@ from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.metrics import RUN_GAUGES
-from airflow_iceberg.plugins.fleet import PAGE_SIZE, URL_PREFIX
+from airflow_iceberg.plugins.fleet import UI_ROUTE, URL_PREFIX
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.writers import write_small_files
 from tests.integration.conftest import BUILD, login, suite_defaults
@@ -84,6 +85,15 @@ def page(browser, url: str, ready: str):
     return WebDriverWait(browser, 120).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, ready)))
 
 
+def ui(live_airflow, query: str = "") -> str:
+    """The page's address in the Airflow UI."""
+    return f"{live_airflow.url}/plugin/{UI_ROUTE}{query}"
+
+
+def api(live_airflow, path: str) -> str:
+    return f"{live_airflow.url}{URL_PREFIX}/api/{path}"
+
+
 def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open(
     browser, live_airflow, compacted_table, gate_hook
 ):
@@ -97,15 +107,13 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     gate_hook.close_gate(table, HOLDER, lease_seconds=600)  # a run that died with the gate closed
     login(browser, live_airflow, "admin")
 
-    row = page(browser, f"{live_airflow.url}{URL_PREFIX}/?q={table}", f"tr[data-table='{table}']")
-    assert row.get_attribute("data-gate") == "closed"
+    row = page(browser, ui(live_airflow, f"?q={table}"), f"tr[data-table='{table}']")
+    assert (row.get_attribute("data-gate"), row.get_attribute("data-need")) == ("closed", "healthy")  # its last run
     cells = [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
-    assert cells[1].startswith(f"closed by dag {HOLDER.dag_id} run {HOLDER.run_id}, lease ")
-    assert cells[3] == "never (health watch off, or no sweep yet)"  # the suite's tables are not watched
-    compacted = records[1]
-    assert cells[4].startswith(compacted["started_at"].strftime("%Y-%m-%d %H:%M:%S UTC"))
-    assert f"data files {compacted['data_files_before']} -> {compacted['data_files_after']}" in cells[4]
-    assert "data files" in cells[2] and "delete files" in cells[2]
+    assert cells[1].startswith("closed ") and cells[5] == "not watched"  # the suite's tables are not watched
+    assert cells[6].startswith("skipped")  # the last run, linked to Airflow's page of it
+    run_link = row.find_elements(By.TAG_NAME, "a")[-1].get_attribute("href")
+    assert run_link.endswith(f"/dags/{compaction_dag_id(compacted_table)}/runs/{quote(records[-1]['run_id'], safe='')}")
     BUILD.mkdir(exist_ok=True)
     browser.save_screenshot(str(BUILD / "iceberg-tables-list.png"))
 
@@ -114,17 +122,18 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     shown = browser.find_elements(By.CSS_SELECTOR, "#runs tr[data-run-id]")
     assert [r.get_attribute("data-run-id") for r in shown] == [r["run_id"] for r in reversed(records)]
     assert [r.get_attribute("data-outcome") for r in shown] == ["skipped", "success", "success"]
-    charts = browser.find_elements(By.CSS_SELECTOR, "img")
-    assert len(charts) == 3
-    for chart in charts:  # each chart is a real image the browser decoded
-        assert browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", chart) > 100
+    charts = browser.find_elements(By.CSS_SELECTOR, "canvas[data-chart]")
+    assert sorted(c.get_attribute("data-chart") for c in charts) == ["delete_files", "file_size", "files", "paused"]
+    drawn = "const c = arguments[0]; return c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v)"
+    for chart in charts:  # each chart drew something on its canvas
+        assert chart.size["width"] > 100 and browser.execute_script(drawn, chart), chart.get_attribute("data-chart")
     holder_link = browser.find_element(By.CSS_SELECTOR, "#gate a").get_attribute("href")
     assert holder_link.endswith(f"/dags/{HOLDER.dag_id}/runs/{HOLDER.run_id}")
     browser.save_screenshot(str(BUILD / "iceberg-table-page.png"))
 
     reason = "run died at 03:10; releasing ingest"
     form.find_element(By.NAME, "reason").send_keys(reason)
-    form.find_element(By.TAG_NAME, "button").click()
+    form.find_element(By.CSS_SELECTOR, "button[type='submit']").click()
     WebDriverWait(browser, 120).until(
         expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#gate[data-gate='open']"))
     )
@@ -133,13 +142,14 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     assert forced["action"] == "force_open" and forced["owner_run_id"] == HOLDER.run_id
     assert forced["detail"] == f"{reason} (by admin, in the Airflow UI)"
     assert not gate_hook.get_state(table).pauses_writers
-    assert browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action='force_open']").text.endswith(forced["detail"])
+    audited = browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action='force_open']")
+    assert audited.text.endswith(forced["detail"])
 
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"], ids=["another-site", "another-port-of-the-host"])
 def test_a_page_of_another_origin_cannot_force_a_gate_open(browser, live_airflow, compacted_table, gate_hook, host):
     table = str(compacted_table)
-    endpoint = f"{live_airflow.url}{URL_PREFIX}/tables/{table}/force-open"
+    endpoint = api(live_airflow, f"tables/{table}/force-open")
     attack = (
         f'<!doctype html><form method="post" action="{endpoint}"><input name="reason" value="writers, resume">'
         '<input name="form_token" value="guessed"></form><script>document.forms[0].submit()</script>'
@@ -171,25 +181,51 @@ def test_a_page_of_another_origin_cannot_force_a_gate_open(browser, live_airflow
 def test_the_page_is_in_the_airflow_ui_behind_its_login(browser, live_airflow, compacted_table):
     listed = live_airflow.api("GET", "plugins").json()["plugins"]
     [plugin] = [p for p in listed if p["name"] == "iceberg_tables"]
-    [view] = plugin["external_views"]
-    assert (view["name"], view["href"], view["destination"]) == ("Iceberg tables", f"{URL_PREFIX}/", "nav")
-    assert requests.get(f"{live_airflow.url}{URL_PREFIX}/", timeout=60).status_code == 401  # no session
+    [app] = plugin["react_apps"]
+    assert (app["name"], app["url_route"], app["destination"]) == ("Iceberg tables", UI_ROUTE, "nav")
+    assert requests.get(api(live_airflow, "tables"), timeout=60).status_code == 401  # no session
 
     login(browser, live_airflow, "admin")
-    frame = page(browser, f"{live_airflow.url}/plugin/{view['url_route']}", "iframe")
-    assert frame.get_attribute("src").endswith(f"{URL_PREFIX}/")
-    browser.switch_to.frame(frame)
+    browser.get(f"{live_airflow.url}/")
+    WebDriverWait(browser, 120).until(
+        expected_conditions.element_to_be_clickable((By.CSS_SELECTOR, "button[title='Browse'], [aria-label='Browse']"))
+    ).click()
+    WebDriverWait(browser, 60).until(
+        expected_conditions.element_to_be_clickable((By.LINK_TEXT, "Iceberg tables"))
+    ).click()
     wait = WebDriverWait(browser, 120)
     rows = wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "tr[data-table]")))
-    assert len(rows) == PAGE_SIZE  # a fleet of 200 tables and more, a page at a time
+    assert browser.current_url.split("?")[0] == ui(live_airflow)
+    assert len(rows) == 50  # a fleet of 200 tables and more, a page at a time
+    assert not browser.find_elements(By.TAG_NAME, "iframe")  # the UI's own page, not a frame
     search = browser.find_element(By.NAME, "q")
     search.send_keys(str(compacted_table))
     search.submit()
-    wait.until(
-        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, f"tr[data-table='{compacted_table}']"))
-    )
-    browser.switch_to.default_content()
+    wait.until(lambda b: [r.get_attribute("data-table") for r in b.find_elements(By.CSS_SELECTOR, "tr[data-table]")]
+               == [str(compacted_table)])  # fmt: skip
     browser.save_screenshot(str(BUILD / "iceberg-tables-in-the-airflow-ui.png"))
+
+    # Dark mode, as the UI's own switch sets it (next-themes: localStorage "theme"): the page follows the theme.
+    assert lightness(browser, "h2") < 0.5
+    browser.execute_script("localStorage.setItem('theme', 'dark')")
+    browser.refresh()
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, "tr[data-table]"))
+    assert browser.execute_script("return document.documentElement.classList.contains('dark')")
+    assert lightness(browser, "h2") > 0.5 and lightness(browser, "tr[data-table] td") > 0.5
+    browser.save_screenshot(str(BUILD / "iceberg-tables-dark.png"))
+    browser.execute_script("localStorage.removeItem('theme')")
+
+
+def lightness(browser, selector: str) -> float:
+    """The relative luminance (0 black, 1 white) of the text color of the first element ``selector`` finds."""
+    # The theme's colors are oklch(): a canvas turns the computed color into sRGB.
+    r, g, b = (v / 255 for v in browser.execute_script(TO_RGB, browser.find_element(By.CSS_SELECTOR, selector)))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+TO_RGB = """const canvas = document.createElement("canvas"); canvas.width = canvas.height = 1;
+const context = canvas.getContext("2d"); context.fillStyle = getComputedStyle(arguments[0]).color;
+context.fillRect(0, 0, 1, 1); return Array.from(context.getImageData(0, 0, 1, 1).data.slice(0, 3));"""
 
 
 def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
@@ -199,10 +235,10 @@ def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
     gate_hook.close_gate(table, HOLDER, lease_seconds=600)
     try:
         login(browser, live_airflow, "viewer")
-        page(browser, f"{live_airflow.url}{URL_PREFIX}/tables/{table}", "#gate[data-gate='closed']")
+        page(browser, ui(live_airflow, f"?table={table}"), "#gate[data-gate='closed']")
         assert not browser.find_elements(By.ID, "force-open")
 
-        endpoint = f"{live_airflow.url}{URL_PREFIX}/tables/{table}/force-open"
+        endpoint = api(live_airflow, f"tables/{table}/force-open")
         as_viewer = {"Authorization": f"Bearer {live_airflow.token('viewer')}"}
         refused = requests.post(endpoint, data={"reason": "not mine to open"}, headers=as_viewer, timeout=60)
         assert refused.status_code == 403, refused.text
@@ -233,10 +269,9 @@ def test_each_finished_run_sends_its_record_to_airflows_metrics_tagged_by_table(
     assert records[2]["gate_closed_seconds"] is None and all(p > 0 for p in paused)
 
 
-def test_what_the_page_serves_needs_a_session_too(live_airflow, compacted_table):
-    for path in (f"/tables/{compacted_table}", f"/tables/{compacted_table}/charts/files.png"):
-        assert requests.get(f"{live_airflow.url}{URL_PREFIX}{path}", timeout=60).status_code == 401, path
+def test_what_the_page_reads_needs_a_session_too(live_airflow, compacted_table):
+    for path in ("tables", f"tables/{compacted_table}"):
+        assert requests.get(api(live_airflow, path), timeout=60).status_code == 401, path
     as_admin = {"Authorization": f"Bearer {live_airflow.token('admin')}"}
-    png = requests.get(f"{live_airflow.url}{URL_PREFIX}/tables/{compacted_table}/charts/paused.png", headers=as_admin,
-                       timeout=120)  # fmt: skip
-    assert png.status_code == 200 and png.content.startswith(b"\x89PNG\r\n\x1a\n")
+    one = requests.get(api(live_airflow, f"tables/{compacted_table}?days=0"), headers=as_admin, timeout=120)
+    assert one.status_code == 200 and [r["decision"] for r in one.json()["runs"]] == ["compact", "force", "skip"]

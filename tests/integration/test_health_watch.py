@@ -107,9 +107,12 @@ def test_healthy_tables_create_no_runs_and_their_checks_say_why(live_airflow, fl
     )  # fmt: skip
     (line,) = [line for line in report.stdout.splitlines() if line.startswith("  last check ")]
     assert "healthy: no delete files, 1 data files in all" in line and line.endswith("(read listing)")
-    page = requests.get(f"{live_airflow.url}/iceberg/?q={fleet[0]}", cookies={"_token": live_airflow.token()},
-                        timeout=60)  # fmt: skip
-    assert page.ok and "healthy: no delete files, 1 data files in all" in page.text
+    listed = requests.get(f"{live_airflow.url}/iceberg/api/tables", params={"q": str(fleet[0])},
+                          headers={"Authorization": f"Bearer {live_airflow.token()}"}, timeout=60)  # fmt: skip
+    assert listed.ok, listed.text
+    [row] = listed.json()["rows"]
+    assert row["need"] == "healthy" and "healthy: no delete files, 1 data files in all" in row["check"]["reason"]
+    assert (row["data_files"], row["score"]) == (1, 0)  # the snapshot summary's total, and nothing to rewrite
 
 
 def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_airflow, fleet, statsd):

@@ -70,6 +70,7 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
         "airflow_iceberg/get_provider_info.py",
         "airflow_iceberg/hooks/write_gate.py",
         "airflow_iceberg/hooks/write_gate.sql",
+        "airflow_iceberg/plugins/static/iceberg-tables.js",  # the UI page's front end, built by npm at set-up
         "airflow_iceberg/spark_jobs/run_procedure.py",
         "airflow_iceberg/spark_jobs/iceberg_call.py",
         "airflow_iceberg/spark_jobs/write_gate.py",

@@ -45,8 +45,13 @@ def test_every_file_the_stack_references_exists():
             source = volume.split(":")[0]
             if source.startswith("."):
                 assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
-    for line in (ROOT / "Dockerfile").read_text().splitlines():
-        if line.startswith("COPY "):
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    stages = {line.split()[-1] for line in lines if line.startswith("FROM ") and " AS " in line}
+    for line in lines:
+        if line.startswith("COPY --from="):  # from an earlier build stage of the same Dockerfile
+            stage = line.split()[1].removeprefix("--from=")
+            assert stage in stages, f"the Dockerfile copies from stage {stage}, which it does not build"
+        elif line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
 

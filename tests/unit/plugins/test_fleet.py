@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
@@ -13,13 +12,14 @@ import pytest
 
 from airflow_iceberg.hooks.write_gate import GateOwner, GateState
 from airflow_iceberg.report import Health, TableSummary
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 LOAD = """
 import json, sys
 {first}
 from airflow_iceberg.plugins.fleet import IcebergFleetPlugin as P
 print(json.dumps({{"apps": [a["url_prefix"] for a in P.fastapi_apps], "fastapi": "fastapi" in sys.modules,
-                  "views": P.external_views}}))
+                  "react_apps": P.react_apps, "views": P.external_views}}))
 """
 
 
@@ -39,8 +39,9 @@ def test_a_task_process_loading_plugins_does_not_import_fastapi_or_build_the_app
     assert load() == {
         "apps": [],
         "fastapi": False,
-        "views": [{"name": "Iceberg tables", "href": "/iceberg/", "destination": "nav", "category": "browse",
-                   "url_route": "iceberg-tables"}],
+        "react_apps": [{"name": "Iceberg tables", "bundle_url": "iceberg/static/iceberg-tables.js",
+                        "destination": "nav", "category": "browse", "url_route": "iceberg-tables"}],
+        "views": [],
     }  # fmt: skip
 
 
@@ -48,21 +49,32 @@ def test_the_api_server_which_runs_on_fastapi_gets_the_app_under_its_prefix():
     assert load("import fastapi")["apps"] == ["/iceberg"]
 
 
-# --- the pages, on a fake gate database and a fake auth manager (the live test uses the real ones) ---------------
+# --- the page's API, on a fake gate database and a fake auth manager (the live tests use the real ones) ----------
 
 TABLE = "lake.ui.events"
+OTHER = "lake.ui.clicks"
 HELD_BY = GateOwner("iceberg_compact__lake__ui__events", "manual__2026-11-25")
+NOW = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
+
+
+def gate(closed: bool) -> GateState:
+    return GateState(TABLE, "closed" if closed else "open", HELD_BY if closed else None, NOW,
+                     NOW + timedelta(seconds=300) if closed else None, None, NOW)  # fmt: skip
+
+
+def run(run_id: str, started: datetime, outcome: str = "success") -> dict:
+    return {"run_id": run_id, "dag_id": HELD_BY.dag_id, "started_at": started, "finished_at": started,
+            "decision": "compact", "outcome": outcome, "reason": "1 of 2 partitions need work",
+            "data_files_before": 24, "data_files_after": 2, "delete_files_before": 3, "delete_files_after": 0,
+            "bytes_before": 48_000, "bytes_after": 40_000, "gate_closed_seconds": 21.5,
+            "rewrite_seconds": 12.0}  # fmt: skip
+
+
+RUNS = [run("manual__old", NOW - timedelta(days=40)), run("manual__1", NOW - timedelta(hours=2), "failed")]
 
 
 def summary(closed: bool) -> TableSummary:
-    now = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
-    gate = GateState(TABLE, "closed" if closed else "open", HELD_BY if closed else None, now, now + timedelta(
-        seconds=300) if closed else None, None, now)  # fmt: skip
-    run = {"run_id": "manual__1", "dag_id": HELD_BY.dag_id, "started_at": now, "finished_at": now,
-           "decision": "compact", "outcome": "success", "reason": "1 of 2 partitions need work",
-           "data_files_before": 24, "data_files_after": 2, "delete_files_before": 3, "delete_files_after": 0,
-           "bytes_before": 48_000, "bytes_after": 40_000, "gate_closed_seconds": 21.5}  # fmt: skip
-    return TableSummary(TABLE, gate, Health(2, 0, 0, 40_000), [run])
+    return TableSummary(TABLE, gate(closed), Health(2, 0, 0, 40_000), list(RUNS))
 
 
 @pytest.fixture
@@ -73,11 +85,12 @@ def client(monkeypatch, tmp_path):
     from fastapi.testclient import TestClient
 
     from airflow_iceberg import report
+    from airflow_iceberg.dag_factory import compaction_dag_id
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet
 
     table_list = tmp_path / "iceberg_tables.yaml"
-    table_list.write_text(f"tables:\n  - table: {TABLE}\n")
+    table_list.write_text(f"tables:\n  - table: {TABLE}\n  - table: {OTHER}\n  - table: lake.ui.hidden\n")
     monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(table_list))
     state = {"closed": True, "user": "admin", "forced": [], "health_reads": 0}
 
@@ -86,9 +99,18 @@ def client(monkeypatch, tmp_path):
         return [summary(state["closed"]) for _ in tables]
 
     monkeypatch.setattr(report, "summarize", summarize)
-    monkeypatch.setattr(fleet, "_may", lambda user, method, dag_id: method == "GET" or user.name == "admin")
+    readable = {compaction_dag_id(TableName.parse(t)) for t in (TABLE, OTHER)}  # not lake.ui.hidden's
+    monkeypatch.setattr(fleet, "_readable_dag_ids", lambda user: readable)
+    monkeypatch.setattr(fleet, "_may", lambda user, method, dag_id: dag_id in readable and (
+        method == "GET" or user.name == "admin"))  # fmt: skip
     monkeypatch.setattr(WriteGateHook, "audit_trail", lambda self, table: [])
-    monkeypatch.setattr(WriteGateHook, "run_records", lambda self, table: summary(state["closed"]).runs)
+    monkeypatch.setattr(WriteGateHook, "gate_states", lambda self: {TABLE: gate(state["closed"])})
+    checks = {OTHER: {"decision": "needs_work", "reason": "3 partitions need work", "reading": "manifests",
+                      "score": 40, "data_files": 90, "delete_files": 4, "checked_at": NOW,
+                      "started_at": None}}  # fmt: skip
+    monkeypatch.setattr(WriteGateHook, "health_checks", lambda self, table=None: checks)
+    monkeypatch.setattr(WriteGateHook, "last_runs", lambda self, tables: {TABLE: RUNS[-1] | {"table_name": TABLE}})
+    monkeypatch.setattr(WriteGateHook, "failed_runs", lambda self, seconds: {TABLE: 1})
 
     def force_open(self, table, reason):
         state["forced"].append((str(table), reason))
@@ -105,46 +127,74 @@ def client(monkeypatch, tmp_path):
     return TestClient(root), state
 
 
-def test_the_list_shows_each_tables_gate_health_and_last_compaction(client):
+def test_the_list_joins_gates_checks_and_runs_by_need_and_reads_no_table(client):
+    http, state = client
+    answer = http.get("/iceberg/api/tables").json()
+    assert answer["summary"] == {"tables": 2, "gates_closed": 1, "needing_work": 1, "check_failed": 0,
+                                 "runs_failed_24h": 1}  # fmt: skip
+    assert [r["table"] for r in answer["rows"]] == [OTHER, TABLE]  # needs work first; hidden is not listed
+    other, table = answer["rows"]
+    assert (other["need"], other["score"], other["data_files"], other["gate"]) == ("needs_work", 40, 90, "open")
+    assert table["gate"] == "closed" and table["holder"]["url"] == f"/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}"
+    assert (table["need"], table["last_run"]["outcome"], table["failed_runs_24h"]) == ("unknown", "failed", 1)
+    assert state["health_reads"] == 0  # the list reads no table's metadata
+
+
+def test_the_list_filters_and_refuses_an_unknown_value_by_name(client):
     http, _ = client
-    page = http.get("/iceberg/").text
-    assert f'<tr data-table="{TABLE}" data-gate="closed">' in page
-    assert f"closed by dag {HELD_BY.dag_id} run {HELD_BY.run_id}, lease 300 s left" in page
-    assert f'href="/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}"' in page  # the run that holds it, in Airflow
-    assert "2 data files (0 small), 0 delete files, average 0.02 MB" in page
-    assert "compact  success  data files 24 -&gt; 2  delete files 3 -&gt; 0  paused 21.5 s" in page
+    assert [r["table"] for r in http.get("/iceberg/api/tables?gate=closed").json()["rows"]] == [TABLE]
+    assert [r["table"] for r in http.get("/iceberg/api/tables?outcome=none").json()["rows"]] == [OTHER]
+    refused = http.get("/iceberg/api/tables?sort=worst")
+    assert refused.status_code == 400 and refused.json()["detail"] == (
+        "sort='worst' is not one of need, table, gate, last_run"
+    )
+
+
+def test_the_page_is_one_script_served_from_the_package(client):
+    http, _ = client
+    from airflow_iceberg.plugins.fleet import BUNDLE
+
+    script = http.get("/iceberg/static/iceberg-tables.js")
+    assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+    assert script.content == BUNDLE.read_bytes() and b"globalThis.AirflowPlugin=" in script.content
+    home = http.get("/iceberg/", follow_redirects=False)
+    assert home.status_code == 307 and home.headers["location"] == "/plugin/iceberg-tables"
 
 
 def form_token(http) -> str:
     """The force-open form's token, from the table's page as the signed-in user sees it."""
-    found = re.search(r'name="form_token" value="([^"]+)"', http.get(f"/iceberg/tables/{TABLE}").text)
-    assert found, "the table's page has no force-open form"
-    return found.group(1)
+    token = http.get(f"/iceberg/api/tables/{TABLE}").json()["form_token"]
+    assert token, "the table's page offers no force-open"
+    return token
 
 
-def test_a_table_page_offers_force_open_to_editors_only_and_links_the_holding_run(client):
+def test_a_table_page_offers_force_open_to_editors_only_and_keeps_the_runs_of_its_range(client):
     http, state = client
-    page = http.get(f"/iceberg/tables/{TABLE}").text
-    assert 'id="force-open"' in page and f"/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}" in page
-    assert page.count("<img ") == 3
+    page = http.get(f"/iceberg/api/tables/{TABLE}?days=30").json()
+    assert page["may_force_open"] and page["gate"]["holder"]["run_id"] == HELD_BY.run_id
+    assert page["gate"]["line"].startswith(f"closed by dag {HELD_BY.dag_id} run {HELD_BY.run_id}, lease 300 s left")
+    assert [r["run_id"] for r in page["runs"]] == ["manual__1"]  # the 40-day-old run is out of range
+    assert [r["run_id"] for r in http.get(f"/iceberg/api/tables/{TABLE}?days=0").json()["runs"]] == [
+        "manual__old", "manual__1"]  # fmt: skip
     token = form_token(http)
     state["user"] = "viewer"
-    assert 'id="force-open"' not in http.get(f"/iceberg/tables/{TABLE}").text
-    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "mine now", "form_token": token})
+    viewer = http.get(f"/iceberg/api/tables/{TABLE}").json()
+    assert not viewer["may_force_open"] and viewer["form_token"] is None
+    refused = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "mine now", "form_token": token})
     assert refused.status_code == 403 and state["forced"] == []  # the admin's form, posted as the viewer
 
 
 def test_force_open_needs_a_reason_and_records_who_gave_it(client):
     http, state = client
     token = form_token(http)
-    blank = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "  ", "form_token": token})
+    blank = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "  ", "form_token": token})
     assert blank.status_code == 400
-    done = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token},
-                     headers={"Origin": "http://testserver"}, follow_redirects=False)  # fmt: skip
-    assert done.status_code == 303 and done.headers["location"].endswith(f"/iceberg/tables/{TABLE}")
+    done = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token},
+                     headers={"Origin": "http://testserver"})  # fmt: skip
+    assert done.status_code == 200 and done.json() == {"table": TABLE, "opened": True}
     assert state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
-    page = http.get(done.headers["location"]).text  # the gate is open now: nothing to force, no holder
-    assert 'data-gate="open"' in page and 'id="force-open"' not in page
+    page = http.get(f"/iceberg/api/tables/{TABLE}").json()  # the gate is open now: nothing to force, no holder
+    assert page["gate"]["state"] == "open" and not page["may_force_open"]
 
 
 @pytest.mark.parametrize(
@@ -167,7 +217,7 @@ def test_a_cross_site_force_open_is_refused_and_the_gate_stays_closed(client, he
     tokens = {"the page's": form_token(http), "forged": "x" + form_token(http)[1:],
               "another user's": _form_signer().dumps("viewer"), None: None}  # fmt: skip
     data = {"reason": "writers, resume"} | ({"form_token": tokens[token]} if tokens[token] else {})
-    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data=data, headers=headers, follow_redirects=False)
+    refused = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data=data, headers=headers)
     assert refused.status_code == 403 and refusal in refused.json()["detail"], refused.text
     assert state["forced"] == [] and state["closed"]
 
@@ -178,7 +228,7 @@ def test_an_expired_form_is_refused_with_what_to_do(client, monkeypatch):
 
     token = form_token(http)
     monkeypatch.setattr(fleet, "FORM_MAX_AGE", -1)
-    refused = http.post(f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token})
+    refused = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token})
     assert refused.status_code == 403 and "reload the table's page" in refused.json()["detail"]
     assert state["forced"] == []
 
@@ -187,16 +237,14 @@ def test_a_request_with_a_bearer_token_needs_no_form_token(client):
     # A page of another origin cannot make a browser send an Authorization header: scripts use the API's tokens.
     http, state = client
     bearer = {"Authorization": "Bearer a-token-the-api-server-checked"}  # the fake auth manager's user is admin
-    done = http.post(
-        f"/iceberg/tables/{TABLE}/force-open", data={"reason": "run died"}, headers=bearer, follow_redirects=False
-    )
-    assert done.status_code == 303 and state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
+    done = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "run died"}, headers=bearer)
+    assert done.status_code == 200 and state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
 
 
-def test_a_table_not_in_the_list_is_not_found_and_charts_are_pngs_drawn_from_the_runs_alone(client):
-    http, state = client
-    assert http.get("/iceberg/tables/lake.no.such").status_code == 404
-    png = http.get(f"/iceberg/tables/{TABLE}/charts/files.png")
-    assert png.status_code == 200 and png.content.startswith(b"\x89PNG\r\n\x1a\n")
-    assert state["health_reads"] == 0  # a chart reads no table metadata
-    assert http.get(f"/iceberg/tables/{TABLE}/charts/nope.png").status_code == 404
+def test_a_table_not_in_the_list_or_not_readable_is_not_found(client):
+    http, _ = client
+    for table in ("lake.no.such", "lake.ui.hidden"):
+        missing = http.get(f"/iceberg/api/tables/{table}")
+        assert missing.status_code == 404 and missing.json()["detail"] == (
+            f"no table {table!r} in the table list that you may read"
+        )

@@ -1,0 +1,166 @@
+"""What the "Iceberg tables" page lists: one row per table, from what the health watch and the run records already
+know, and the fleet's summary. Pure: the plugin's app (:mod:`.fleet`) reads the rows' sources, one query each
+per gate connection, and this module joins, filters, sorts and pages them. No table's metadata is read.
+
+A table's **need** is what the page sorts by, worst first:
+
+- ``needs_work``: the watch's last check found work (``needs_work``, ``started`` or ``waiting``), the worst
+  score first (small plus delete files in the partitions needing work);
+- ``check_failed``: the watch could not check it (``error``: not in the catalog, or a bug; ``unreachable``);
+- ``unknown``: no check (a table on cron) and no run that tells;
+- ``healthy``: the last check found nothing to do or, for a table on cron, its last run skipped or succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+NEEDS = ("needs_work", "check_failed", "unknown", "healthy")
+GATES = ("closed", "open")
+OUTCOMES = ("failed", "running", "success", "skipped", "dry_run", "none")
+SORTS = ("need", "table", "gate", "last_run")
+#: Check decisions that mean the table needs work (whether a run started for it or waits).
+_NEEDING = ("needs_work", "started", "waiting")
+_CHECK_FAILED = ("error", "unreachable")
+
+
+class FleetQueryError(ValueError):
+    """A list query with a value the page does not know; its message names the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """What the user asked the list for: a name filter, filters by gate, need and last outcome, an order, a page."""
+
+    q: str = ""
+    gate: str = ""
+    need: str = ""
+    outcome: str = ""
+    sort: str = "need"
+    page: int = 1
+    page_size: int = 50
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("gate", GATES), ("need", NEEDS), ("outcome", OUTCOMES), ("sort", SORTS)):
+            value = getattr(self, name)
+            if value and value not in allowed:
+                raise FleetQueryError(f"{name}={value[:100]!r} is not one of {', '.join(allowed)}")
+        if not 1 <= self.page_size <= 500:
+            raise FleetQueryError(f"page_size={self.page_size} is not between 1 and 500")
+        if self.page < 1:
+            raise FleetQueryError(f"page={self.page} is not 1 or more")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def need_of(check: Mapping[str, Any] | None, last_run: Mapping[str, Any] | None) -> str:
+    """A table's need (see the module) from its last check, else from its last run."""
+    if check is not None:
+        if check["decision"] in _NEEDING:
+            return "needs_work"
+        return "check_failed" if check["decision"] in _CHECK_FAILED else "healthy"
+    if last_run is not None and last_run["outcome"] in ("skipped", "success"):
+        return "healthy"
+    return "unknown"
+
+
+def row(
+    table: str,
+    dag_id: str,
+    gate: Any,
+    check: Mapping[str, Any] | None,
+    last_run: Mapping[str, Any] | None,
+    failed_runs: int,
+    run_url: Callable[[str, str], str],
+) -> dict[str, Any]:
+    """One table's row of the list, as JSON. ``gate`` is its ``GateState``, or None if it was never closed."""
+    holder = gate.owner if gate is not None and gate.pauses_writers else None
+    return {
+        "table": table,
+        "dag_id": dag_id,
+        "gate": "closed" if holder is not None else "open",
+        "holder": None
+        if holder is None
+        else {
+            "dag_id": holder.dag_id,
+            "run_id": holder.run_id,
+            "url": run_url(holder.dag_id, holder.run_id),
+        },  # fmt: skip
+        "closed_at": _iso(gate.closed_at) if holder is not None else None,
+        "need": need_of(check, last_run),
+        "score": None if check is None else check.get("score"),
+        "data_files": None if check is None else check.get("data_files"),
+        "delete_files": None if check is None else check.get("delete_files"),
+        "check": None
+        if check is None
+        else {
+            "decision": check["decision"],
+            "reason": check["reason"],
+            "reading": check["reading"],
+            "checked_at": _iso(check["checked_at"]),
+        },  # fmt: skip
+        "last_run": None
+        if last_run is None
+        else {
+            "run_id": last_run["run_id"],
+            "decision": last_run["decision"],
+            "outcome": last_run["outcome"],
+            "started_at": _iso(last_run["started_at"]),
+            "finished_at": _iso(last_run["finished_at"]),
+            "url": run_url(last_run["dag_id"], last_run["run_id"]),
+        },  # fmt: skip
+        "failed_runs_24h": failed_runs,
+    }
+
+
+def summary(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The summary bar: tables, gates closed now, tables needing work, checks that failed, runs failed in 24 h."""
+    rows = list(rows)
+    return {
+        "tables": len(rows),
+        "gates_closed": sum(r["gate"] == "closed" for r in rows),
+        "needing_work": sum(r["need"] == "needs_work" for r in rows),
+        "check_failed": sum(r["need"] == "check_failed" for r in rows),
+        "runs_failed_24h": sum(r["failed_runs_24h"] for r in rows),
+    }
+
+
+def _sort(rows: list[Mapping[str, Any]], sort: str) -> None:
+    """Sort ``rows`` in place by ``sort`` (see :data:`SORTS`); ties by table name."""
+    rows.sort(key=lambda r: r["table"])
+    if sort == "gate":  # closed first, the longest closed first (times are UTC ISO strings: they sort as times)
+        rows.sort(key=lambda r: (r["gate"] != "closed", r["closed_at"] or ""))
+    elif sort == "last_run":  # the newest first, tables without a run last
+        rows.sort(key=lambda r: r["last_run"]["started_at"] if r["last_run"] else "", reverse=True)
+    elif sort == "need":
+        rows.sort(key=lambda r: (NEEDS.index(r["need"]), -(r["score"] or 0)))
+
+
+def page(rows: Iterable[Mapping[str, Any]], query: FleetQuery) -> dict[str, Any]:
+    """The list's answer: the summary of every row, and one page of the rows the query keeps, in its order."""
+    rows = list(rows)
+    kept = [
+        r
+        for r in rows
+        if query.q.lower() in r["table"].lower()
+        and (not query.gate or r["gate"] == query.gate)
+        and (not query.need or r["need"] == query.need)
+        and (not query.outcome or (r["last_run"]["outcome"] if r["last_run"] else "none") == query.outcome)
+    ]
+    _sort(kept, query.sort)
+    pages = max(1, -(-len(kept) // query.page_size))
+    number = min(query.page, pages)
+    start = (number - 1) * query.page_size
+    return {
+        "summary": summary(rows),
+        "matching": len(kept),
+        "page": number,
+        "pages": pages,
+        "page_size": query.page_size,
+        "rows": kept[start : start + query.page_size],
+    }
