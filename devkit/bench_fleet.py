@@ -10,7 +10,8 @@ the same DAG files and 1,000 real Iceberg tables in the JDBC catalog (one small 
    every DAG is unpaused through the REST API, as a user would, and DAG runs created and CPU are measured over the
    same window; the ratio watching / idle. Then a writer adds small files to 10 tables: each must get exactly one
    run, starting within two poll intervals of its last commit, which compacts it; no other run may follow in the
-   next 5 minutes.
+   next 5 minutes. Before the writer, the Iceberg tables page's list of the 1,000 tables is asked for ten times,
+   as the page asks when it opens: its response time.
 3. **cron**: 60 of the tables scheduled every minute (no watch), as before the health watch: runs finished a
    minute, and CPU per (skipped) run, against CPU per table check of the watch.
 
@@ -213,6 +214,26 @@ def writer_phase(airflow: LiveAirflow, fleet: list[TableName], args: argparse.Na
     return results
 
 
+def list_page_seconds(airflow: LiveAirflow, requests_: int = 10) -> list[float]:
+    """Seconds each of ``requests_`` asks of the Iceberg tables page's list took (the summary and the first page
+    by need, as the page asks when it opens), slowest last."""
+    import requests
+
+    from airflow_iceberg.plugins.fleet import URL_PREFIX
+
+    headers = {"Authorization": f"Bearer {airflow.token('admin')}"}
+    taken = []
+    for _ in range(requests_):
+        began = time.perf_counter()
+        response = requests.get(f"{airflow.url}{URL_PREFIX}/api/tables", params={"page_size": 50}, headers=headers,
+                                timeout=120)  # fmt: skip
+        taken.append(time.perf_counter() - began)
+        assert response.ok, f"the list answered {response.status_code}: {response.text[:500]}"
+        listed = response.json()["summary"]["tables"]
+        assert listed == len(load_table_list(airflow.table_list).tables), f"the list has {listed} tables"
+    return sorted(taken)
+
+
 def verdict(goal: str, met: bool) -> str:
     return f"{'met' if met else 'MISSED'}: {goal}"
 
@@ -253,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         whole = [s for s in sweeps(airflow) if s[0] == len(fleet)]
         steady = sorted(seconds for _, seconds, read in whole if read == 0)
         reading = max(whole, key=lambda s: s[2], default=(0, 0.0, 0))
+        listing = list_page_seconds(airflow)
         writer = writer_phase(airflow, fleet, args)
 
     with live_airflow(work / "cron", fleet, "cron", args) as airflow:
@@ -287,8 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  a sweep of all {len(fleet)} tables (one listing query, nothing changed): median "
               f"{steady[len(steady) // 2]:.2f} s, slowest {steady[-1]:.2f} s, of {len(steady)}")  # fmt: skip
     print(f"  the sweep that read the most metadata files: {reading[2]} files, {reading[1]:.2f} s")
+    print(f"  the Iceberg tables page's list of {len(fleet)} tables (summary, first 50 by need): median "
+          f"{listing[len(listing) // 2]:.3f} s, slowest {listing[-1]:.3f} s, of {len(listing)} requests")  # fmt: skip
     print(verdict("no DAG run while every table is healthy", watch_runs == 0))
     print(verdict(f"watching / idle at most 1.25: {ratio:.2f}", ratio <= 1.25))
+    print(verdict(f"the page's list answers in under 1 s: slowest {listing[-1]:.3f} s", listing[-1] < 1))
     if cron_per_run is not None:
         times = cron_per_run / watch_per_check
         print(verdict(f"at least 100x less CPU per table check than per cron run: {times:.0f}x", times >= 100))
