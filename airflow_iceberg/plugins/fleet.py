@@ -27,6 +27,7 @@ already, which is the api-server, so a task does not pay for importing it.
 # No `from __future__ import annotations` here: FastAPI reads the routes' annotations (GetUserDep, Request), which
 # are imported inside build_app so that only the api-server imports FastAPI; they must be evaluated where defined.
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -84,10 +85,6 @@ def _form_signer() -> Any:
     return URLSafeTimedSerializer(key, salt="airflow_iceberg.force_open")
 
 
-def _iso(moment: Any) -> str | None:
-    return None if moment is None else moment.isoformat()
-
-
 def build_app() -> Any:
     """The plugin's FastAPI app: the page's JSON API, its force-open, and its front end's bundle."""
     from airflow.api_fastapi.core_api.security import GetUserDep
@@ -100,6 +97,7 @@ def build_app() -> Any:
     from airflow_iceberg.dag_factory import compaction_dag_id
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet_view
+    from airflow_iceberg.plugins.fleet_view import iso
 
     app = FastAPI(title="Iceberg tables", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -195,60 +193,41 @@ def build_app() -> Any:
         config = one_table(user, table)
         [summary] = report.summarize([config])
         gate, health = summary.gate, summary.health
-        holder = gate.owner if gate is not None and gate.pauses_writers else None
+        holder = fleet_view.holder_of(gate, run_url)
         may_force_open = holder is not None and _may(user, "PUT", compaction_dag_id(config.table))
         since = None if days <= 0 or gate is None else gate.database_now.timestamp() - days * 86400
         runs = [r for r in summary.runs if since is None or r["started_at"].timestamp() >= since]
         audit = WriteGateHook(config.write_gate_conn_id).audit_trail(config.table)[-20:][::-1]
+        check = summary.check
+        writers = gate.writers if gate is not None else ()
         return {
             "table": summary.table,
             "dag_id": compaction_dag_id(config.table),
             "gate": {
-                "state": "closed" if holder is not None else "open",
+                "state": "open" if holder is None else "closed",
                 "line": report.gate_line(gate) if gate is not None else "-",
-                "holder": None
-                if holder is None
-                else {
-                    "dag_id": holder.dag_id,
-                    "run_id": holder.run_id,
-                    "url": run_url(holder.dag_id, holder.run_id),
-                },  # fmt: skip
-                "writers": [
-                    {
-                        "writer_id": w.writer_id,
-                        "seen_at": _iso(w.seen_at),
-                        "ack_at": _iso(w.ack_at),
-                        "ack_snapshot_id": w.ack_snapshot_id,
-                    }
-                    for w in (gate.writers if gate else ())
-                ],  # fmt: skip
+                "holder": holder,
+                "writers": [{**asdict(w), "seen_at": iso(w.seen_at), "ack_at": iso(w.ack_at)} for w in writers],
             },
-            "health": None
-            if health is None
-            else {
-                "data_files": health.data_files,
-                "small_files": health.small_files,
-                "delete_files": health.delete_files,
-                "data_bytes": health.data_bytes,
-            },  # fmt: skip
+            "health": None if health is None else asdict(health),
             "check": None
-            if summary.check is None
+            if check is None
             else {
-                **{k: summary.check[k] for k in ("decision", "reason", "reading", "score")},
-                "checked_at": _iso(summary.check["checked_at"]),
-                "started_at": _iso(summary.check["started_at"]),
-            },  # fmt: skip
+                **{k: check[k] for k in ("decision", "reason", "reading", "score")},
+                "checked_at": iso(check["checked_at"]),
+                "started_at": iso(check["started_at"]),
+            },
             "errors": list(summary.errors),
             "runs": [
                 {
                     **{k: r[k] for k in _RUN_FIELDS},
-                    "started_at": _iso(r["started_at"]),
-                    "finished_at": _iso(r["finished_at"]),
+                    "started_at": iso(r["started_at"]),
+                    "finished_at": iso(r["finished_at"]),
                     "url": run_url(r["dag_id"], r["run_id"]),
                 }
                 for r in runs
-            ],  # fmt: skip
-            "audit": [{**a, "at": _iso(a["at"])} for a in audit],
+            ],
+            "audit": [{**a, "at": iso(a["at"])} for a in audit],
             "may_force_open": may_force_open,
             "form_token": _form_signer().dumps(str(user.get_id())) if may_force_open else None,
         }

@@ -54,8 +54,16 @@ class FleetQuery:
             raise FleetQueryError(f"page={self.page} is not 1 or more")
 
 
-def _iso(moment: datetime | None) -> str | None:
+def iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
+
+
+def holder_of(gate: Any, run_url: Callable[[str, str], str]) -> dict[str, str] | None:
+    """The run that holds ``gate`` (a ``GateState``, or None), with a link to it; None if the gate pauses nobody."""
+    owner = gate.owner if gate is not None and gate.pauses_writers else None
+    if owner is None:
+        return None
+    return {"dag_id": owner.dag_id, "run_id": owner.run_id, "url": run_url(owner.dag_id, owner.run_id)}
 
 
 def need_of(check: Mapping[str, Any] | None, last_run: Mapping[str, Any] | None) -> str:
@@ -79,41 +87,29 @@ def row(
     run_url: Callable[[str, str], str],
 ) -> dict[str, Any]:
     """One table's row of the list, as JSON. ``gate`` is its ``GateState``, or None if it was never closed."""
-    holder = gate.owner if gate is not None and gate.pauses_writers else None
+    holder = holder_of(gate, run_url)
+    check = check or {}
     return {
         "table": table,
         "dag_id": dag_id,
-        "gate": "closed" if holder is not None else "open",
-        "holder": None
-        if holder is None
-        else {
-            "dag_id": holder.dag_id,
-            "run_id": holder.run_id,
-            "url": run_url(holder.dag_id, holder.run_id),
-        },  # fmt: skip
-        "closed_at": _iso(gate.closed_at) if holder is not None else None,
-        "need": need_of(check, last_run),
-        "score": None if check is None else check.get("score"),
-        "data_files": None if check is None else check.get("data_files"),
-        "delete_files": None if check is None else check.get("delete_files"),
-        "check": None
-        if check is None
-        else {
-            "decision": check["decision"],
-            "reason": check["reason"],
-            "reading": check["reading"],
-            "checked_at": _iso(check["checked_at"]),
-        },  # fmt: skip
+        "gate": "open" if holder is None else "closed",
+        "holder": holder,
+        "closed_at": None if holder is None else iso(gate.closed_at),
+        "need": need_of(check or None, last_run),
+        "score": check.get("score"),
+        "data_files": check.get("data_files"),
+        "delete_files": check.get("delete_files"),
+        "check": {**{k: check[k] for k in ("decision", "reason", "reading")}, "checked_at": iso(check["checked_at"])}
+        if check
+        else None,
         "last_run": None
         if last_run is None
         else {
-            "run_id": last_run["run_id"],
-            "decision": last_run["decision"],
-            "outcome": last_run["outcome"],
-            "started_at": _iso(last_run["started_at"]),
-            "finished_at": _iso(last_run["finished_at"]),
+            **{k: last_run[k] for k in ("run_id", "decision", "outcome")},
+            "started_at": iso(last_run["started_at"]),
+            "finished_at": iso(last_run["finished_at"]),
             "url": run_url(last_run["dag_id"], last_run["run_id"]),
-        },  # fmt: skip
+        },
         "failed_runs_24h": failed_runs,
     }
 
