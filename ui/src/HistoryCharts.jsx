@@ -41,6 +41,15 @@ const CHARTS = [
   { key: "paused", title: "Seconds writers were paused", paused: (r) => r.gate_closed_seconds, format: seconds },
 ];
 
+// A tick of the time axis, as precise as the span shown needs: seconds within an hour, days beyond two.
+function timeTick(value) {
+  const span = this.max - this.min;
+  const precision = span < 3600e3 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+    : span < 2 * 86400e3 ? { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }
+    : { month: "short", day: "numeric" };
+  return new Date(value).toLocaleString(undefined, precision);
+}
+
 function options(colors, format, runs) {
   const axis = { grid: { color: colors.border }, ticks: { color: colors.muted } };
   return {
@@ -61,7 +70,7 @@ function options(colors, format, runs) {
       zoom: { zoom: { drag: { enabled: true }, wheel: { enabled: true, modifierKey: "ctrl" }, mode: "x" }, pan: { enabled: true, mode: "x", modifierKey: "shift" } },
     },
     scales: {
-      x: { ...axis, type: "linear", ticks: { ...axis.ticks, maxTicksLimit: 6, callback: (v) => new Date(v).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }) } },
+      x: { ...axis, type: "linear", ticks: { ...axis.ticks, maxTicksLimit: 6, callback: timeTick } },
       y: { ...axis, beginAtZero: true, ticks: { ...axis.ticks, callback: (v) => format(v) } },
     },
   };
