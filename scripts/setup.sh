@@ -108,6 +108,15 @@ if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
     fi
 fi
 
+# --- Kafka: a broker for the CDC tests (KRaft), its jars from Maven Central; devkit/kafka_broker.py runs it ------
+if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
+    if ! stamp_ok kafka requirements/kafka-broker.xml || [[ ! -f "$AIRFLOW_ICEBERG_KAFKA_BUILD/classpath" ]]; then
+        step "Kafka broker's jars ($AIRFLOW_ICEBERG_KAFKA_BUILD)"
+        maven -f requirements/kafka-broker.xml package -Dkafka.dir="$AIRFLOW_ICEBERG_KAFKA_BUILD"
+        stamp_write kafka requirements/kafka-broker.xml
+    fi
+fi
+
 if [[ -n "${AIRFLOW_ICEBERG_SKIP_DATABASES:-}" ]]; then  # building an image: no servers to set up yet
     step "ready (environments and jars only)"
     exit 0
