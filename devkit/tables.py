@@ -22,7 +22,7 @@ class TableStats:
     data_files: int
     position_delete_files: int
     equality_delete_files: int
-    rows: int
+    rows: int | None  # None while the table holds equality deletes, which pyiceberg cannot apply
 
     @property
     def delete_files(self) -> int:
@@ -38,8 +38,11 @@ class TableStats:
             data_files=contents.count(_DATA),
             position_delete_files=contents.count(_POSITION_DELETES),
             equality_delete_files=contents.count(_EQUALITY_DELETES),
-            # A scan applies the position deletes, so this is the row count a reader sees.
-            rows=iceberg_table.scan(selected_fields=(iceberg_table.schema().fields[0].name,)).to_arrow().num_rows,
+            # A scan applies the position deletes, so this is the row count a reader sees. pyiceberg cannot apply
+            # equality deletes (it refuses to scan): with any, Spark must count.
+            rows=None
+            if _EQUALITY_DELETES in contents
+            else iceberg_table.scan(selected_fields=(iceberg_table.schema().fields[0].name,)).to_arrow().num_rows,
         )
 
 

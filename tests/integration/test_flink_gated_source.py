@@ -1,29 +1,25 @@
 """The gated Flink source on a local mini-cluster, against a real gate that ``WriteGateHook`` closes and opens.
 
-The job (``flink/src/test/.../GatedSequenceJob.java``, built by ``make setup`` into ``build/flink/``) runs in a
-JVM of its own: the numbers ``0 .. COUNT-1`` from a rate-limited bounded sequence source wrapped in
-``GatedSource``, two subtasks (two writers at the gate), checkpointing every second, into Flink's ``FileSink``
-(exactly once). Its ``EventRecorder``, chained to the source, writes per subtask when each record was emitted
-and when each checkpoint's state was taken and when it completed. Those times come from the system clock, the
-one MySQL's ``NOW(6)`` reads for the gate's times, so the two are compared directly.
+The job (``flink/src/test/.../GatedSequenceJob.java``, run by ``devkit.flink_jobs``) runs in a JVM of its own:
+the numbers ``0 .. COUNT-1`` from a rate-limited bounded sequence source wrapped in ``GatedSource``, two
+subtasks (two writers at the gate), checkpointing every second, into Flink's ``FileSink`` (exactly once). Its
+``EventRecorder``, chained to the source, writes per subtask when each record was emitted and when each
+checkpoint's state was taken and when it completed. Those times come from the system clock, the one MySQL's
+``NOW(6)`` reads for the gate's times, so the two are compared directly.
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, WriterState
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
 from devkit.private_mariadb import PrivateMariaDB
 
-FLINK_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_FLINK_BUILD", Path(__file__).parents[2] / "build" / "flink"))
 JOB_CLASS = "airflowiceberg.flink.testjob.GatedSequenceJob"
 OWNER = GateOwner("iceberg_compact__lake__flink__numbers", "manual__flink_gated_source")
 
@@ -41,122 +37,60 @@ CLOCK_TOLERANCE = 0.02
 OUTAGE_LEASE_SECONDS = 20
 
 
-@dataclass
-class SubtaskEvents:
-    """What one subtask's recorder wrote: (value, time) per record; time per checkpoint id. Times: epoch s."""
-
-    emits: list[tuple[int, float]] = field(default_factory=list)
-    snapshots: dict[int, float] = field(default_factory=dict)
-    completions: dict[int, float] = field(default_factory=dict)
-
-    def emit_times(self, start: float = float("-inf"), end: float = float("inf")) -> list[float]:
-        return [t for _, t in self.emits if start <= t < end]
-
-    def completions_between(self, start: float, end: float) -> list[int]:
-        return sorted(cp for cp, t in self.completions.items() if start < t < end)
-
-
-class FlinkJob:
-    """``GatedSequenceJob`` in a JVM of its own (its own process group), with its sink and events under ``workdir``."""
+class SequenceJob(FlinkJob):
+    """``GatedSequenceJob``: the numbers ``0 .. COUNT-1`` through the gate into a ``FileSink`` under ``workdir/out``."""
 
     def __init__(
         self, workdir: Path, *, gate_url: str, table: str, writer_id: str, user: str = "root", password: str = ""
     ) -> None:
-        self.workdir = workdir
         self.out = workdir / "out"
-        self.events_dir = workdir / "events"
-        self.log_file = workdir / "job.log"
+        super().__init__(
+            workdir,
+            JOB_CLASS,
+            [
+                "--gate-url",
+                gate_url,
+                "--gate-user",
+                user,
+                "--table",
+                table,
+                "--writer-id",
+                writer_id,
+                "--count",
+                str(COUNT),
+                "--rate",
+                str(RATE),
+                "--parallelism",
+                str(PARALLELISM),
+                "--poke-ms",
+                str(int(POKE_SECONDS * 1000)),
+                "--snapshot-id",
+                str(SNAPSHOT_ID),
+                "--out",
+                str(self.out),
+            ],  # fmt: skip
+            writer_ids={f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)},
+            env={"AIRFLOW_ICEBERG_GATE_PASSWORD": password},
+        )
         self.writer_id = writer_id
-        self.writer_ids = {f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)}
-        self.command = [
-            "java", "-Xmx1g", "-cp", (FLINK_BUILD / "classpath").read_text().strip(), JOB_CLASS,
-            "--gate-url", gate_url, "--gate-user", user, "--table", table, "--writer-id", writer_id,
-            "--count", str(COUNT), "--rate", str(RATE), "--parallelism", str(PARALLELISM),
-            "--poke-ms", str(int(POKE_SECONDS * 1000)), "--snapshot-id", str(SNAPSHOT_ID),
-            "--out", str(self.out), "--events", str(self.events_dir),
-        ]  # fmt: skip
-        self.env = {**os.environ, "AIRFLOW_ICEBERG_GATE_PASSWORD": password}
-        self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         self.out.mkdir(parents=True)
-        self.events_dir.mkdir(parents=True)
-        with self.log_file.open("w") as log:
-            self.process = subprocess.Popen(
-                self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def events(self) -> dict[int, SubtaskEvents]:
-        """Every subtask's events so far."""
-        found = {}
-        for path in sorted(self.events_dir.glob("subtask-*.events")):
-            events = SubtaskEvents()
-            text = path.read_text()
-            for line in text[: text.rfind("\n") + 1].splitlines():  # not a line still being written
-                parts = line.split()
-                kind, number, micros = parts[0], int(parts[1]), int(parts[2]) / 1e6
-                if kind == "emit":
-                    events.emits.append((number, micros))
-                elif kind == "snapshot":
-                    events.snapshots[number] = micros
-                else:
-                    events.completions[number] = micros
-            found[int(path.stem.split("-")[1])] = events
-        return found
-
-    def log(self) -> str:
-        return self.log_file.read_text(errors="replace")
-
-    def wait_for(self, condition: Callable[[], bool], what: str, timeout: float) -> None:
-        """Wait until ``condition()`` holds; fail, with the job's log, if the JVM exits or ``timeout`` passes."""
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert self.process is not None
-            if self.process.poll() is not None:
-                pytest.fail(f"the Flink job exited ({self.process.returncode}) before {what}:\n{self.log()[-5000:]}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"no {what} within {timeout} s; the Flink job's log:\n{self.log()[-5000:]}")
-            time.sleep(0.1)
-
-    def emitted(self) -> int:
-        return sum(len(events.emits) for events in self.events().values())
-
-    def wait_for_exit(self, timeout: float) -> int:
-        """The JVM's exit code, once it has exited."""
-        assert self.process is not None
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the Flink job did not finish within {timeout} s:\n{self.log()[-5000:]}")
-
-    def wait_until_finished(self, timeout: float) -> None:
-        code = self.wait_for_exit(timeout)
-        assert code == 0, f"the Flink job failed ({code}):\n{self.log()[-5000:]}"
+        super().start()
 
     def output(self) -> list[int]:
         """Every number in the sink's finished files (in-progress and pending files are hidden, ``.part-*``)."""
         return [int(line) for path in self.out.glob("part-*") for line in path.read_text().split()]
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=20)
-
 
 @pytest.fixture
-def flink_job(tmp_path: Path, unique_name: str) -> Iterator[Callable[..., FlinkJob]]:
+def flink_job(tmp_path: Path, unique_name: str) -> Iterator[Callable[..., SequenceJob]]:
     """Make the test's Flink job (not started); any still running at the end of the test is stopped."""
-    if not (FLINK_BUILD / "classpath").is_file():
-        pytest.fail(f"the gated Flink source is not built ({FLINK_BUILD / 'classpath'} is missing): run `make setup`")
-    jobs: list[FlinkJob] = []
+    jobs: list[SequenceJob] = []
 
-    def make(*, gate_url: str, table: str, user: str = "root", password: str = "") -> FlinkJob:
-        job = FlinkJob(tmp_path / f"job{len(jobs)}", gate_url=gate_url, table=table, writer_id=unique_name,
-                       user=user, password=password)  # fmt: skip
+    def make(*, gate_url: str, table: str, user: str = "root", password: str = "") -> SequenceJob:
+        job = SequenceJob(tmp_path / f"job{len(jobs)}", gate_url=gate_url, table=table, writer_id=unique_name,
+                          user=user, password=password)  # fmt: skip
         jobs.append(job)
         return job
 
@@ -168,20 +102,6 @@ def flink_job(tmp_path: Path, unique_name: str) -> Iterator[Callable[..., FlinkJ
 def jdbc_url(hook: WriteGateHook) -> str:
     connection = hook.get_connection(hook.write_gate_conn_id)
     return f"jdbc:mariadb://{connection.host}:{connection.port}/{connection.schema}"
-
-
-def wait_for_acknowledgements(hook: WriteGateHook, table: str, job: FlinkJob) -> dict[str, WriterState]:
-    """Every subtask's acknowledgement of the gate's current closing, by writer id, once all are there."""
-    acknowledged: dict[str, WriterState] = {}
-
-    def all_there() -> bool:
-        state = hook.get_state(table)
-        acknowledged.clear()
-        acknowledged.update({w.writer_id: w for w in state.writers if state.acknowledged_by(w)})
-        return set(acknowledged) == job.writer_ids
-
-    job.wait_for(all_there, f"acknowledgement from each of {sorted(job.writer_ids)}", timeout=60)
-    return acknowledged
 
 
 def test_gated_source_pauses_keeps_checkpointing_acknowledges_and_writes_every_number_once(

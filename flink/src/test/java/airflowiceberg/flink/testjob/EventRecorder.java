@@ -18,12 +18,13 @@ import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
 
 /**
  * Passes records on unchanged and writes, per subtask, what the test asserts on: {@code emit <value> <t>} for each
- * record, {@code snapshot <checkpoint> <t>} when a checkpoint's state is taken and {@code complete <checkpoint>
- * <t>} when it completes, {@code t} in microseconds since the epoch (the system clock, which MySQL's NOW(6) reads
- * too). Chained to the source, so it runs on the source's task thread: a record's line is written as the record
- * is emitted, and a checkpoint's {@code snapshot} line comes after every record before its barrier.
+ * record (its {@code toString()}, which holds no space), {@code snapshot <checkpoint> <t>} when a checkpoint's
+ * state is taken and {@code complete <checkpoint> <t>} when it completes, {@code t} in microseconds since the
+ * epoch (the system clock, which MySQL's NOW(6) reads too). Chained to the source, so it runs on the source's task
+ * thread: a record's line is written as the record is emitted, and a checkpoint's {@code snapshot} line comes
+ * after every record before its barrier.
  */
-final class EventRecorder extends RichMapFunction<Long, Long> implements CheckpointedFunction, CheckpointListener {
+final class EventRecorder<T> extends RichMapFunction<T, T> implements CheckpointedFunction, CheckpointListener {
     private static final long serialVersionUID = 1L;
 
     private final String directory;
@@ -41,7 +42,7 @@ final class EventRecorder extends RichMapFunction<Long, Long> implements Checkpo
     }
 
     @Override
-    public Long map(Long value) throws IOException {
+    public T map(T value) throws IOException {
         write("emit " + value);
         return value;
     }

@@ -63,7 +63,7 @@ public final class GatedSequenceJob {
                 .build();
 
         env.fromSource(new GatedSource<>(numbers, gate), WatermarkStrategy.noWatermarks(), "gated numbers")
-                .map(new EventRecorder(params.getRequired("events")))
+                .map(new EventRecorder<Long>(params.getRequired("events")))
                 .name("record events")
                 .sinkTo(sink)
                 .name("files");
