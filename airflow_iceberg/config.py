@@ -48,6 +48,11 @@ EXTENSION_PREFIX = "x-"
 SPARK_DEFAULT_CONN_ID = "spark_default"
 #: Settings renamed since an earlier release: old name -> new name.
 RENAMED_SETTINGS = {"poke_seconds": "poke_interval"}
+#: What every run of a table puts under its own ``rewrite_data_files`` options (its own win): rewrite each data
+#: file that carries a delete file, applying its deletes (``delete-file-threshold``), then remove the delete files
+#: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
+#: rewrite would leave a streaming upsert's equality deletes behind for ever, and health would keep counting them.
+DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
 
 
 def spark_pool_name(spark_conn_id: str) -> str:
@@ -194,9 +199,17 @@ class HealthConfig(BaseModel):
         default=10, ge=0, description="No watch-started run sooner than this after the table's last run ended"
     )
     small_file_ratio: float = Field(default=0.75, gt=0, le=1, description="Small: below this share of the target")
-    min_small_files: int = Field(default=12, ge=1, description="Small files in a partition that trigger a rewrite")
+    min_small_files: int = Field(
+        default=12, ge=1, description="Small files plus equality-delete files in a partition that trigger a rewrite"
+    )
     max_delete_ratio: float = Field(default=0.1, gt=0, description="Delete records per data record that trigger one")
     max_delete_age_minutes: float = Field(default=60.0, ge=0, description="A delete file this old triggers one")
+    max_equality_delete_files: int | None = Field(
+        default=None, ge=1, description="Equality-delete files in a partition that trigger one; unset: not this way"
+    )
+    max_equality_delete_records: int | None = Field(
+        default=None, ge=1, description="Records in a partition's equality-delete files that trigger one; unset: not"
+    )
 
     def triggers(self) -> HealthTriggers:
         return HealthTriggers(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
@@ -308,6 +321,12 @@ class TableConfig(BaseModel):
                 except PredicateError as error:
                     raise ValueError(str(error)) from None
         return value
+
+    def options_for(self, procedure: str) -> dict[str, Any]:
+        """The options ``procedure`` runs with in the compaction DAG: the table's own over the provider's
+        (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``)."""
+        own = getattr(self, procedure)
+        return {**DELETE_FOLDING_OPTIONS, **own} if procedure == "rewrite_data_files" else dict(own)
 
     def where_for(self, procedure: str) -> str | None:
         """The predicate template ``procedure`` runs with: the table's one ``where``, or its own entry."""

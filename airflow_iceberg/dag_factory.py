@@ -253,7 +253,7 @@ def build_compaction_dag(config: TableConfig) -> DAG:
         catchup=False,
         doc_md=docs.compaction_dag(config),
     )
-    rewrites = [(p, getattr(config, p), config.where_for(p)) for p in REWRITE_PROCEDURES]
+    rewrites = [(p, config.options_for(p), config.where_for(p)) for p in REWRITE_PROCEDURES]
     _gated_rewrites(dag, config, rewrites, full=False)
     return dag
 
@@ -261,12 +261,14 @@ def build_compaction_dag(config: TableConfig) -> DAG:
 def build_full_rewrite_dag(config: TableConfig) -> DAG:
     """The daily full rewrite: the run for logical date D rewrites every file of D's partitions.
 
-    Data files with ``rewrite-all`` (which also applies and drops their equality and position deletes), then
-    position-delete files with ``rewrite-all``, between closing and reopening the gate as in the compaction DAG.
+    Data files with ``rewrite-all``, which applies their equality and position deletes, and
+    ``remove-dangling-deletes``, which then removes the delete files that apply to nothing any more; then
+    position-delete files with ``rewrite-all``; between closing and reopening the gate as in the compaction DAG.
     """
     full = config.full_rewrite
     where = full.partition.predicate_template() if full.partition else None
     everything = {"rewrite-all": True, "max-concurrent-file-group-rewrites": full.max_concurrent_file_group_rewrites}
+    options = {"rewrite_data_files": {**everything, "remove-dangling-deletes": True}}
     dag = _dag(
         full_rewrite_dag_id(config.table),
         config,
@@ -276,7 +278,8 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
         catchup=full.catchup,
         doc_md=docs.full_rewrite_dag(config, where),
     )
-    open_gate, rewrite = _gated_rewrites(dag, config, [(p, everything, where) for p in REWRITE_PROCEDURES], full=True)
+    rewrites = [(p, options.get(p, everything), where) for p in REWRITE_PROCEDURES]
+    open_gate, rewrite = _gated_rewrites(dag, config, rewrites, full=True)
     care = _table_care(config)
     if care:
         _add(dag, care)

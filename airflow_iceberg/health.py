@@ -30,23 +30,31 @@ PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 @dataclass(frozen=True)
 class HealthTriggers:
-    """When a partition needs a rewrite. The defaults follow Apache Amoro's self-optimizing and Iceberg itself.
+    """When a partition needs a rewrite. The defaults follow Apache Amoro's self-optimizing, Iceberg and Flink.
+
+    Only delete files that can still apply count (see :func:`read_health`); dangling ones never trigger a rewrite.
 
     - ``small_file_ratio`` (0.75): a data file is small below this share of the target file size. Iceberg's
       binpack rewrite takes files under 75 % of the target (its ``min-file-size-bytes`` default), so a small
       file here is one the rewrite would pick.
-    - ``min_small_files`` (12): this many small files in a partition trigger a rewrite; Amoro's
-      ``self-optimizing.minor.trigger.file-count``.
+    - ``min_small_files`` (12): this many small files plus equality-delete files in a partition trigger a
+      rewrite; Amoro's ``self-optimizing.minor.trigger.file-count``, which counts an equality-delete file as a
+      fragment file (its ``CommonPartitionEvaluator``).
     - ``max_delete_ratio`` (0.1): delete records over a tenth of the partition's data records trigger one;
       Amoro's ``self-optimizing.major.trigger.duplicate-ratio``.
     - ``max_delete_age_minutes`` (60): any delete file older than this triggers one, so deletes never pile up
       on a quiet partition; Amoro's ``self-optimizing.minor.trigger.interval`` (one hour).
+    - ``max_equality_delete_files`` and ``max_equality_delete_records`` (unset): this many equality-delete files,
+      or records in them, trigger one; Flink ``TableMaintenance``'s ``eqDeleteFileCount`` and
+      ``eqDeleteRecordCount``, which are unset by default there too.
     """
 
     small_file_ratio: float = 0.75
     min_small_files: int = 12
     max_delete_ratio: float = 0.1
     max_delete_age_minutes: float = 60.0
+    max_equality_delete_files: int | None = None
+    max_equality_delete_records: int | None = None
 
 
 @dataclass
@@ -59,11 +67,16 @@ class PartitionHealth:
     small_files: int = 0
     data_bytes: int = 0
     data_records: int = 0
+    # Delete files that can still apply: each has a live data file older than itself (see read_health).
     position_delete_files: int = 0
+    deletion_vectors: int = 0  # of the position deletes, those that are format-v3 deletion vectors
     equality_delete_files: int = 0
     delete_records: int = 0
+    equality_delete_records: int = 0
     delete_bytes: int = 0
     oldest_delete_ms: int | None = None
+    # Delete files that apply to no live data file any more: removed, never a reason to rewrite data.
+    dangling_delete_files: int = 0
     snapshots_since_rewrite: int = 0
     # Spark SQL conditions selecting the partition's rows (see partition_predicate), and the raw partition
     # tuple (for pyiceberg's evaluators); not reported.
@@ -118,8 +131,22 @@ class TableHealth:
     def data_bytes(self) -> int:
         return sum(p.data_bytes for p in self.partitions)
 
+    @property
+    def equality_delete_files(self) -> int:
+        return sum(p.equality_delete_files for p in self.partitions)
+
+    @property
+    def dangling_delete_files(self) -> int:
+        return sum(p.dangling_delete_files for p in self.partitions)
+
     def totals(self) -> dict[str, int]:
-        return {"data_files": self.data_files, "delete_files": self.delete_files, "bytes": self.data_bytes}
+        return {
+            "data_files": self.data_files,
+            "delete_files": self.delete_files,
+            "equality_delete_files": self.equality_delete_files,
+            "dangling_delete_files": self.dangling_delete_files,
+            "bytes": self.data_bytes,
+        }
 
 
 def target_file_size(iceberg_table: Any, options: Mapping[str, Any] | None = None) -> int:
@@ -160,6 +187,10 @@ def read_health(
     partitions: dict[tuple[int, tuple[Any, ...]], PartitionHealth] = {}
     # Per partition: (sequence number, snapshot id, added by a rewrite) of each live file.
     added: dict[tuple[int, tuple[Any, ...]], list[tuple[int, int, bool]]] = {}
+    # Per partition: the oldest live data file's sequence number, the live data files' paths, and the delete files.
+    oldest_data: dict[tuple[int, tuple[Any, ...]], int] = {}
+    data_paths: set[str] = set()
+    deletes: list[tuple[tuple[int, tuple[Any, ...]], int, Any, int]] = []
     for manifest, entries in read:
         spec = specs[manifest.partition_spec_id]
         for entry in entries:
@@ -183,17 +214,27 @@ def read_health(
                 health.data_records += data_file.record_count
                 if data_file.file_size_in_bytes < small_below:
                     health.small_files += 1
+                oldest_data[key] = min(oldest_data.get(key, sequence), sequence)
+                data_paths.add(data_file.file_path)
                 continue
-            if data_file.content == DataFileContent.POSITION_DELETES:
-                health.position_delete_files += 1
-            else:
-                health.equality_delete_files += 1
-            health.delete_records += data_file.record_count
-            health.delete_bytes += data_file.file_size_in_bytes
             # A delete file whose snapshot was expired is at least as old as the oldest snapshot kept.
             born = snapshots[entry.snapshot_id].timestamp_ms if entry.snapshot_id in snapshots else oldest_known_ms
-            if health.oldest_delete_ms is None or born < health.oldest_delete_ms:
-                health.oldest_delete_ms = born
+            deletes.append((key, sequence, data_file, born))
+    for key, sequence, data_file, born in deletes:
+        health = partitions[key]
+        if not _may_apply(data_file, sequence, oldest_data.get(key), data_paths):
+            health.dangling_delete_files += 1
+            continue
+        if data_file.content == DataFileContent.POSITION_DELETES:
+            health.position_delete_files += 1
+            health.deletion_vectors += _is_deletion_vector(data_file)
+        else:
+            health.equality_delete_files += 1
+            health.equality_delete_records += data_file.record_count
+        health.delete_records += data_file.record_count
+        health.delete_bytes += data_file.file_size_in_bytes
+        if health.oldest_delete_ms is None or born < health.oldest_delete_ms:
+            health.oldest_delete_ms = born
     for key, health in partitions.items():
         last_rewrite = max((seq for seq, _, by_rewrite in added[key] if by_rewrite), default=-1)
         health.snapshots_since_rewrite = len({sid for seq, sid, by_rewrite in added[key]
@@ -209,6 +250,31 @@ def read_health(
         read_seconds=time.monotonic() - started,
         read_at_ms=now_ms,
     )
+
+
+def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_paths: set[str]) -> bool:
+    """Whether a delete file can still delete a row of a live data file of its partition (else it is dangling).
+
+    Iceberg's rule: an equality delete applies to the partition's data files of a lower sequence number, a
+    position delete to those of a lower or equal one. A position delete or deletion vector that names its one
+    data file (``referenced_data_file``, format v3 and Flink's file-scoped deletes) applies only while that file
+    is live.
+    """
+    from pyiceberg.manifest import DataFileContent
+
+    referenced = getattr(delete_file, "referenced_data_file", None)
+    if referenced:
+        return referenced in data_paths
+    if oldest_data is None:
+        return False
+    if delete_file.content == DataFileContent.EQUALITY_DELETES:
+        return oldest_data < sequence
+    return oldest_data <= sequence
+
+
+def _is_deletion_vector(delete_file: Any) -> bool:
+    file_format = getattr(delete_file, "file_format", None)
+    return str(getattr(file_format, "value", file_format)).upper() == "PUFFIN"
 
 
 def _operation(snapshot: Any) -> str | None:
@@ -241,8 +307,18 @@ def _human_partition(spec: Any, schema: Any, values: tuple[Any, ...]) -> dict[st
 def partition_reasons(health: PartitionHealth, triggers: HealthTriggers, now_ms: int) -> list[str]:
     """Why ``health``'s partition needs a rewrite, one phrase per trigger met; empty when it is healthy."""
     reasons = []
-    if health.small_files >= triggers.min_small_files:
-        reasons.append(f"{health.small_files} small files (>= {triggers.min_small_files})")
+    fragments = health.small_files + health.equality_delete_files
+    if fragments >= triggers.min_small_files:
+        counted = f"{health.small_files} small files"
+        if health.equality_delete_files:
+            counted += f" and {health.equality_delete_files} equality-delete files"
+        reasons.append(f"{counted} (>= {triggers.min_small_files})")
+    limit = triggers.max_equality_delete_files
+    if limit is not None and health.equality_delete_files and health.equality_delete_files >= limit:
+        reasons.append(f"{health.equality_delete_files} equality-delete files (>= {limit})")
+    limit = triggers.max_equality_delete_records
+    if limit is not None and health.equality_delete_records and health.equality_delete_records >= limit:
+        reasons.append(f"{health.equality_delete_records} equality-delete records (>= {limit})")
     if health.delete_files and health.delete_ratio >= triggers.max_delete_ratio:
         reasons.append(f"delete ratio {health.delete_ratio:.2f} (>= {triggers.max_delete_ratio:g})")
     if health.oldest_delete_ms is not None:
@@ -271,6 +347,7 @@ class Plan:
     partitions: dict[str, list[str]]  # procedure -> partition labels it takes (all of them when not narrowed)
     health: dict[str, Any]  # totals, and the partitions that need work with their reasons
     score: int = 0  # how bad the table is: small files plus delete files in the partitions needing work
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # procedure -> options the plan adds
 
     def as_xcom(self) -> dict[str, Any]:
         return asdict(self)
@@ -368,6 +445,7 @@ def make_plan(
                     {p: ["(all within its where)"] for p in where}, report, score)  # fmt: skip
     predicates: dict[str, str | None] = {}
     partitions: dict[str, list[str]] = {}
+    options: dict[str, dict[str, Any]] = {}
     for procedure, predicate in where.items():
         scope = in_scope.get(procedure, lambda _: True)
         chosen = [p for p, reasons in unhealthy if needs(procedure, p, reasons) and scope(p)]
@@ -382,6 +460,11 @@ def make_plan(
         else:
             predicates[procedure] = _and(predicate, partition_predicate(chosen))
         partitions[procedure] = labels
+        if procedure == "rewrite_data_files" and any(p.equality_delete_files for p in chosen):
+            # An equality delete applies to every older data file of its partition, whatever it holds: it goes away
+            # only once they are all rewritten (then it dangles, and remove-dangling-deletes drops it). Iceberg's
+            # delete-file-threshold picks only the files whose key ranges it overlaps, and would leave it behind.
+            options[procedure] = {"rewrite-all": True}
     if not predicates:
         if not health.partitions:
             reason = "the table has no files"
@@ -390,13 +473,13 @@ def make_plan(
         else:
             reason = (
                 f"no partition needs work: none has {triggers.min_small_files} small files (under "
-                f"{health.small_file_bytes} bytes) or deletes over ratio {triggers.max_delete_ratio:g} or "
-                f"{triggers.max_delete_age_minutes:g} min old"
+                f"{health.small_file_bytes} bytes) and equality-delete files, or deletes over ratio "
+                f"{triggers.max_delete_ratio:g} or {triggers.max_delete_age_minutes:g} min old"
             )
         return Plan("skip", reason, {}, {}, report, score)
     taken = sorted({label for labels in partitions.values() for label in labels})
     reason = f"{len(taken)} of {len(health.partitions)} partitions need work"
-    return Plan("compact", reason, predicates, partitions, report, score)
+    return Plan("compact", reason, predicates, partitions, report, score, options)
 
 
 def _and(first: str | None, second: str | None) -> str | None:

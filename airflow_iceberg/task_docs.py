@@ -107,14 +107,17 @@ def rewrite_files(config: TableConfig, full: bool) -> str:
     which = (
         "every file of the run's partitions (`rewrite-all`)"
         if full
-        else "the partitions `plan_compaction` found in need of it (its plan is in XCom)"
+        else "the partitions `plan_compaction` found in need of it (its plan is in XCom), and every data file in "
+        "them that carries a delete file (`delete-file-threshold: 1` unless the table sets it)"
     )
     return (
         f"`CALL {catalog}.system.rewrite_data_files(...)`, then `CALL {catalog}.system.rewrite_position_delete_files"
-        f"(...)`, on `{config.table}`: {which}. Both run one after another in one PySpark application through "
-        "spark-submit, so the pause pays for one Spark start-up; a procedure the plan gives nothing to do is left "
-        "out. They run only while this run holds the gate: the Spark job renews the lease while it works, starts "
-        f"each `CALL` only on a lease with time left, and stops before the pause reaches {config.max_pause_seconds} "
+        f"(...)`, on `{config.table}`: {which}. The data-file rewrite applies the deletes of the files it rewrites "
+        "and removes the delete files that then apply to nothing (`remove-dangling-deletes`). Both run one after "
+        "another in one PySpark application through spark-submit, so the pause pays for one Spark start-up; a "
+        "procedure the plan gives nothing to do is left out. They run only while this run holds the gate: the "
+        "Spark job renews the lease while it works, starts each `CALL` only on a lease with time left,"
+        f" and stops before the pause reaches {config.max_pause_seconds} "
         "s. Each procedure's result row is in XCom and in the table's asset event.\n\n"
         "**If it fails**, Iceberg committed nothing of the failed procedure (with partial progress, file groups "
         "already committed stay; a procedure that completed before it stays too) and `open_gate` still reopens the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
@@ -30,9 +31,14 @@ class TableStats:
 
     @classmethod
     def read(cls, iceberg_conn_id: str, table: TableName | str) -> TableStats:
-        iceberg_table = IcebergHook(iceberg_conn_id).load_table(TableName.of(table).in_catalog)
-        contents = iceberg_table.inspect.files().column("content").to_pylist()
+        return cls.read_at(IcebergHook(iceberg_conn_id).load_table(TableName.of(table).in_catalog))
+
+    @classmethod
+    def read_at(cls, iceberg_table: Any) -> TableStats:
+        """The stats of a pyiceberg table at its current snapshot (a table as of an earlier one works too)."""
         snapshot = iceberg_table.current_snapshot()
+        contents = iceberg_table.inspect.files(snapshot.snapshot_id if snapshot else None).column("content")
+        contents = contents.to_pylist()
         return cls(
             snapshot_id=snapshot.snapshot_id if snapshot else None,
             data_files=contents.count(_DATA),

@@ -163,6 +163,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     def _calls(self, context: Context) -> list[dict[str, Any]]:
         """The procedures this try runs, each with its options, predicate and arguments, checked."""
         procedures, where = self.procedures, dict(self.where)
+        planned: dict[str, dict[str, Any]] = {}  # options the plan adds, by procedure
         if self.plan_task_id:
             plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan")
             if plan is None:
@@ -173,12 +174,23 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                     f"no partition of {self.table} needs a rewrite ({plan['decision']}: {plan['reason']})"
                 )
             where = {p: plan["predicates"][p] for p in procedures}
+            planned = plan.get("options", {})
             for procedure in procedures:
                 self.log.info("%s takes %s: %s", procedure, plan["partitions"].get(procedure), where[procedure])
+                if planned.get(procedure):
+                    self.log.info("%s runs with %s: equality deletes to fold", procedure, planned[procedure])
         overrides = overrides_from_params(context["params"]) if self.apply_run_params else None
         calls = []
         for procedure in procedures:
-            options = {**self.options.get(procedure, {}), **(overrides.options.get(procedure, {}) if overrides else {})}
+            options = {
+                **self.options.get(procedure, {}),
+                **planned.get(procedure, {}),
+                **(overrides.options.get(procedure, {}) if overrides else {}),
+            }
+            if procedure == "rewrite_data_files" and str(options.get("partial-progress.enabled")).lower() == "true":
+                # Iceberg lets every commit group fail by default, logs it, and reports success: one failed
+                # group must fail the procedure, so that the task, the run and its record say so.
+                options.setdefault("partial-progress.max-failed-commits", 0)
             arguments = {
                 **self.arguments.get(procedure, {}),
                 **(overrides.arguments.get(procedure, {}) if overrides else {}),

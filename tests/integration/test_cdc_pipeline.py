@@ -14,7 +14,9 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
@@ -25,8 +27,8 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
-from airflow_iceberg.hooks.write_gate import GateOwner
-from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
+from airflow_iceberg.health import PROCEDURES, plan_table
+from devkit.flink_jobs import FlinkJob
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
 from devkit.writers import run_statements
@@ -35,7 +37,7 @@ JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
 KEYS = 10_000
 CHANGES = 40_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
 DELETE_SHARE = 0.2
-RATE = 2_000  # changes per second the producer sends
+RATE = 600  # changes per second the producer sends: 67 s of changes, through three compactions
 PARALLELISM = 2
 POKE_SECONDS = 0.5
 #: How long after the gate closes a subtask may still emit: its next look at the gate, plus scheduling on 2 cores.
@@ -187,9 +189,32 @@ def read_back(table_config, table: str) -> dict:
     return result
 
 
-def test_kafka_changes_reach_the_table_through_the_gate_as_upserts_with_equality_deletes(
-    kafka, cdc_table, unique_name, gate_hook, table_config, tmp_path
+def as_of(table: str, snapshot_id: int) -> Any:
+    """``table`` (pyiceberg) as it was at ``snapshot_id``: its metadata with that snapshot as the current one."""
+    from pyiceberg.table import Table
+
+    current = IcebergHook("lake").load_table(table.split(".", 1)[1])
+    metadata = current.metadata.model_copy(update={"current_snapshot_id": snapshot_id})
+    return Table(current.name(), metadata, current.metadata_location, current.io, current.catalog)
+
+
+def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
+    """The rewrite (``replace``) snapshots committed to ``table`` between ``start`` and ``end``, oldest first."""
+    snapshots = IcebergHook("lake").load_table(table.split(".", 1)[1]).snapshots()
+    window = (start.timestamp() * 1000, end.timestamp() * 1000)
+    return sorted((s for s in snapshots if s.summary.operation.value == "replace"
+                   and window[0] <= s.timestamp_ms <= window[1]), key=lambda s: s.sequence_number)  # fmt: skip
+
+
+def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
+    kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path
 ):
+    # The table's real health triggers (the suite's are for tiny tables), and a wait that only the writer's
+    # acknowledgement ends: no rewrite starts beside a checkpoint still in flight.
+    triggers = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
+    settings = {"idle_seconds": 600, "health": {"watch": False, **triggers}}
+    config = table_config(cdc_table, **settings)
+    where = {procedure: None for procedure in PROCEDURES}
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
     job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name)
@@ -197,41 +222,60 @@ def test_kafka_changes_reach_the_table_through_the_gate_as_upserts_with_equality
     job.start()
     producing = threading.Thread(target=stream.produce, args=(CHANGES, RATE), daemon=True)
     producing.start()
+    compactions = []
     try:
-        job.wait_for(lambda: job.emitted() >= KEYS // 2, "the first changes emitted", timeout=180)
-        owner = GateOwner(f"iceberg_compact__{cdc_table.replace('.', '__')}", f"manual__{unique_name}")
-        closed_at = gate_hook.close_gate(cdc_table, owner, lease_seconds=300).closed_at.timestamp()
-        acks = wait_for_acknowledgements(gate_hook, cdc_table, job)
-        last_ack = max(ack.ack_at.timestamp() for ack in acks.values())
-        job.wait_for(
-            lambda: all(len(e.completions_between(last_ack, float("inf"))) >= 2 for e in job.events().values()),
-            "two more completed checkpoints per subtask after the acknowledgements",
-            timeout=60,
-        )
-        opened_at = gate_hook.open_gate(cdc_table, owner)[1].opened_at.timestamp()
-        producing.join(timeout=120)
+        for _ in range(3):
+            # Runs that the table's own health would start: the upserts made it need work again.
+            job.wait_for(
+                lambda: plan_table(IcebergHook("lake").load_table(cdc_table.split(".", 1)[1]), cdc_table,
+                                   config.health.triggers(), where)[1].decision == "compact",
+                "the table's health asking for a compaction", timeout=120,
+            )  # fmt: skip
+            run = compaction_dag(cdc_table, **settings).test()
+            assert run.state == "success", f"compaction {len(compactions) + 1} ended {run.state}"
+            trail = [r for r in gate_hook.audit_trail(cdc_table) if r["owner_run_id"] == run.run_id]
+            closed = min(r["at"] for r in trail if r["action"] == "close")
+            opened = max(r["at"] for r in trail if r["action"] == "open")
+            results = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+            compactions.append((closed, opened, results, rewrites_between(cdc_table, closed, opened)))
+        producing.join(timeout=300)
         assert not producing.is_alive(), "the producer did not finish"
         wait_until_committed(job, cdc_table, stream.produced)
-        assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"
+        assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # it never restarts: a failure ends it
     finally:
         job.stop()
 
-    # The gate held the writer: nothing emitted while it was closed, and Kafka kept the changes until it opened.
     events = job.events()
     assert sorted(events) == list(range(PARALLELISM))
-    for subtask, e in events.items():
-        assert e.emit_times(closed_at + EMIT_SLACK, opened_at) == [], f"subtask {subtask} emitted while closed"
-        assert e.emit_times(start=opened_at), f"subtask {subtask} emitted nothing after the opening"
+    # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
     history = {entry.snapshot_id for entry in IcebergHook("lake").load_table(cdc_table.split(".", 1)[1]).history()}
-    assert {ack.ack_snapshot_id for ack in acks.values()} <= history, "an acknowledgement named no table snapshot"
-    # Flink's upsert sink wrote equality deletes, and the table holds exactly the expected row per key.
+    writers = gate_hook.get_state(cdc_table).writers
+    assert {w.writer_id for w in writers} == job.writer_ids and {w.ack_snapshot_id for w in writers} <= history
+    for number, (closed, opened, results, rewrites) in enumerate(compactions, 1):
+        data = results["rewrite_data_files"]
+        assert rewrites, f"compaction {number} committed no rewrite while the gate was closed"
+        folded = as_of(cdc_table, rewrites[-1].snapshot_id)
+        after = TableStats.read_at(folded)
+        health, plan = plan_table(folded, cdc_table, config.health.triggers(), where)
+        print(
+            f"compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
+            f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}, "
+            f"{data['removed_delete_files_count']} delete files removed; then {after.data_files} data files, "
+            f"{after.equality_delete_files} equality-delete and {after.position_delete_files} position-delete "
+            f"files; its health: {plan.decision}"
+        )
+        # Nothing emitted while the gate was closed.
+        for subtask, e in events.items():
+            late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
+            assert late == [], f"subtask {subtask} emitted {len(late)} records during compaction {number}"
+        # Every partition it compacted (bucket partitions: the whole table) holds no equality-delete file and no
+        # dangling delete, and the health check of the table as it left it skips.
+        assert data["removed_delete_files_count"] > 0 and data["failed_data_files_count"] == 0
+        assert (after.equality_delete_files, health.dangling_delete_files) == (0, 0)
+        assert plan.decision == "skip", plan.reason
+    # No change lost or applied twice: the table holds exactly the expected row per key.
     stats = TableStats.read("lake", cdc_table)
-    print(
-        f"{stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; gate closed "
-        f"{opened_at - closed_at:.1f} s; table: {stats.data_files} data files, {stats.equality_delete_files} "
-        f"equality-delete files, {stats.position_delete_files} position-delete files"
-    )
-    assert stats.equality_delete_files > 0
+    print(f"{stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; table now: {stats}")
     assert read_back(table_config, cdc_table) == {
         "row_count": len(stream.expected),
         "keys": len(stream.expected),

@@ -69,11 +69,96 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
             },
             ["a delete file 61 min old (>= 60)"],
         ),  # fmt: skip
+        (
+            {
+                "data_files": 4,
+                "small_files": 1,
+                "equality_delete_files": 3,
+                "data_records": 100,
+                "delete_records": 3,
+                "equality_delete_records": 3,
+                "oldest_delete_ms": NOW_MS,
+            },
+            ["1 small files and 3 equality-delete files (>= 4)"],
+        ),  # fmt: skip
+        (
+            {"data_files": 4, "small_files": 3, "dangling_delete_files": 9},
+            [],
+        ),  # fmt: skip
     ],
-    ids=["three-small", "four-small", "young-sparse-deletes", "delete-ratio", "old-delete"],
+    ids=[
+        "three-small",
+        "four-small",
+        "young-sparse-deletes",
+        "delete-ratio",
+        "old-delete",
+        "equality-deletes-count-as-fragments",
+        "dangling-deletes-never-trigger",
+    ],  # fmt: skip
 )
 def test_a_partition_needs_work_exactly_when_a_trigger_is_met(counts, reasons):
     assert partition_reasons(partition("20240620", **counts), TRIGGERS, NOW_MS) == reasons
+
+
+@pytest.mark.parametrize(
+    ("limits", "reasons"),
+    [
+        ({}, []),
+        ({"max_equality_delete_files": 2}, ["2 equality-delete files (>= 2)"]),
+        ({"max_equality_delete_records": 8}, ["8 equality-delete records (>= 8)"]),
+        ({"max_equality_delete_files": 3, "max_equality_delete_records": 9}, []),
+    ],
+    ids=["unset-as-in-flink", "file-count", "record-count", "below-both"],
+)
+def test_flinks_equality_delete_triggers_apply_only_when_set(limits, reasons):
+    triggers = HealthTriggers(min_small_files=12, max_delete_ratio=1.0, max_delete_age_minutes=600, **limits)
+    health = partition("20240620", data_files=1, equality_delete_files=2, data_records=100, delete_records=8,
+                       equality_delete_records=8, oldest_delete_ms=NOW_MS)  # fmt: skip
+    assert partition_reasons(health, triggers, NOW_MS) == reasons
+
+
+@pytest.mark.parametrize(
+    ("content", "sequence", "oldest_data", "applies"),
+    [
+        ("equality", 5, 4, True),  # an older data file is live: it may delete rows of it
+        ("equality", 5, 5, False),  # only data of its own sequence number or newer: a rewrite kept none older
+        ("position", 5, 5, True),  # position deletes apply to their own sequence number too
+        ("position", 5, 6, False),
+        ("equality", 5, None, False),  # the partition has no live data file
+    ],
+)
+def test_a_delete_file_dangles_once_no_live_data_file_is_older_than_it(content, sequence, oldest_data, applies):
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_iceberg.health import _may_apply
+
+    kind = DataFileContent.EQUALITY_DELETES if content == "equality" else DataFileContent.POSITION_DELETES
+    assert _may_apply(SimpleNamespace(content=kind), sequence, oldest_data, set()) is applies
+
+
+def test_a_deletion_vector_dangles_once_the_data_file_it_names_is_gone():
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_iceberg.health import _may_apply
+
+    vector = SimpleNamespace(content=DataFileContent.POSITION_DELETES, referenced_data_file="file:///d/a.parquet")
+    assert _may_apply(vector, 5, 1, {"file:///d/a.parquet"})
+    assert not _may_apply(vector, 5, 1, {"file:///d/b.parquet"})
+
+
+def test_partitions_with_equality_deletes_have_every_data_file_rewritten_so_the_deletes_can_go():
+    where = {"rewrite_data_files": None, "rewrite_position_delete_files": None}
+    small_only = partition("20240620", data_files=4, small_files=4)
+    equality = partition("20240621", data_files=2, small_files=1, equality_delete_files=3, data_records=100,
+                         delete_records=3, equality_delete_records=3, oldest_delete_ms=NOW_MS)  # fmt: skip
+    assert make_plan(table_health(small_only), TRIGGERS, where).options == {}
+    plan = make_plan(table_health(small_only, equality), TRIGGERS, where)
+    assert plan.options == {"rewrite_data_files": {"rewrite-all": True}}
+    assert plan.partitions["rewrite_data_files"] == ["dt=20240620", "dt=20240621"]
 
 
 def test_with_no_partition_needing_work_the_plan_skips_and_says_why():

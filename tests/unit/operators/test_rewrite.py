@@ -380,3 +380,43 @@ def test_a_where_of_its_own_is_parsed_before_spark_starts_and_a_bad_one_fails_na
     with pytest.raises(AirflowFailException, match="rewrite_data_files's where") as raised:
         op._calls({"params": {}})
     assert "DROP TABLE" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("own", "sent"),
+    [
+        ({"partial-progress.enabled": True}, 0),
+        ({"partial-progress.enabled": "true", "partial-progress.max-failed-commits": 2}, 2),  # the table's choice
+        ({}, None),  # without partial progress a failed commit fails the procedure anyway
+    ],
+    ids=["partial-progress", "failures-allowed-by-the-table", "no-partial-progress"],
+)
+def test_under_partial_progress_one_failed_commit_group_fails_the_rewrite(monkeypatch, tmp_path, own, sent):
+    command, *_ = submitted(
+        monkeypatch, tmp_path, DEPLOY_MODES["local"][0], SECRET_CATALOGS["jdbc-password"][0],
+        options={"rewrite_data_files": own},
+    )  # fmt: skip
+    (call,) = json.loads(flag(command, "--calls"))
+    assert call["options"].get("partial-progress.max-failed-commits") == sent
+
+
+def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_full_rewrite_always_does():
+    from airflow_iceberg.dag_factory import build_full_rewrite_dag
+
+    def options(dag, procedure: str) -> dict:
+        return dag.get_task("rewrite_files").options[procedure]
+
+    folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
+    plain = TableConfig.model_validate({"table": "lake.cdc.orders"})
+    assert options(build_compaction_dag(plain), "rewrite_data_files") == folding
+    assert options(build_compaction_dag(plain), "rewrite_position_delete_files") == {}
+    own = TableConfig.model_validate(
+        {"table": "lake.cdc.orders", "rewrite_data_files": {"delete-file-threshold": 5, "min-input-files": 2}}
+    )
+    assert options(build_compaction_dag(own), "rewrite_data_files") == {
+        "delete-file-threshold": 5, "remove-dangling-deletes": True, "min-input-files": 2,
+    }  # fmt: skip
+    full = build_full_rewrite_dag(plain)
+    assert options(full, "rewrite_data_files")["remove-dangling-deletes"] is True
+    assert options(full, "rewrite_data_files")["rewrite-all"] is True
+    assert "remove-dangling-deletes" not in options(full, "rewrite_position_delete_files")  # not an option of it
