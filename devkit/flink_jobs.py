@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +45,7 @@ class FlinkJob:
     """A test job's JVM (its own process group), with its recorder's events and its log under ``workdir``.
 
     :param job_class: The job's main class.
-    :param args: Its arguments; ``--events`` is added.
+    :param options: Its arguments, ``--name value`` each; ``--events`` is added.
     :param writer_ids: The gate writer ids its source subtasks report as.
     :param env: Added to this process's environment (the passwords the job reads from it).
     """
@@ -54,7 +54,7 @@ class FlinkJob:
         self,
         workdir: Path,
         job_class: str,
-        args: Sequence[str],
+        options: Mapping[str, object],
         *,
         writer_ids: set[str],
         env: dict[str, str] | None = None,
@@ -67,10 +67,9 @@ class FlinkJob:
         self.events_dir = workdir / "events"
         self.log_file = workdir / "job.log"
         self.writer_ids = writer_ids
-        self.command = [
-            "java", f"-Xmx{heap}", "-cp", classpath.read_text().strip(), job_class, *args,
-            "--events", str(self.events_dir),
-        ]  # fmt: skip
+        options = {**options, "events": self.events_dir}
+        args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
+        self.command = ["java", f"-Xmx{heap}", "-cp", classpath.read_text().strip(), job_class, *args]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
 

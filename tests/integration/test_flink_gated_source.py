@@ -44,31 +44,22 @@ class SequenceJob(FlinkJob):
         self, workdir: Path, *, gate_url: str, table: str, writer_id: str, user: str = "root", password: str = ""
     ) -> None:
         self.out = workdir / "out"
+        options = {
+            "gate-url": gate_url,
+            "gate-user": user,
+            "table": table,
+            "writer-id": writer_id,
+            "count": COUNT,
+            "rate": RATE,
+            "parallelism": PARALLELISM,
+            "poke-ms": int(POKE_SECONDS * 1000),
+            "snapshot-id": SNAPSHOT_ID,
+            "out": self.out,
+        }
         super().__init__(
             workdir,
             JOB_CLASS,
-            [
-                "--gate-url",
-                gate_url,
-                "--gate-user",
-                user,
-                "--table",
-                table,
-                "--writer-id",
-                writer_id,
-                "--count",
-                str(COUNT),
-                "--rate",
-                str(RATE),
-                "--parallelism",
-                str(PARALLELISM),
-                "--poke-ms",
-                str(int(POKE_SECONDS * 1000)),
-                "--snapshot-id",
-                str(SNAPSHOT_ID),
-                "--out",
-                str(self.out),
-            ],  # fmt: skip
+            options,
             writer_ids={f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)},
             env={"AIRFLOW_ICEBERG_GATE_PASSWORD": password},
         )
