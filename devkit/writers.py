@@ -164,6 +164,7 @@ class IngestJob:
     :param keys: Distinct keys the events upsert and delete.
     :param trigger_seconds: The writer's commit interval.
     :param writer_id: Its id at the gate, kept across restarts.
+    :param format_version: The table's Iceberg format, if the writer creates it: 3 for deletion vectors.
     """
 
     script = "gated_ingest.py"
@@ -178,8 +179,10 @@ class IngestJob:
         keys: int = 300,
         trigger_seconds: float = 3.0,
         writer_id: str = "gated-ingest",
+        format_version: int = 2,
     ) -> None:
         self.config = config
+        self.format_version = format_version
         self.workdir = workdir
         self.gated = gated
         self.rows_per_second = rows_per_second
@@ -201,6 +204,7 @@ class IngestJob:
             "--rows-per-second", str(self.rows_per_second),
             "--keys", str(self.keys),
             "--trigger-seconds", str(self.trigger_seconds),
+            "--format-version", str(self.format_version),
         ]  # fmt: skip
 
     def start(self) -> IngestJob:

@@ -283,12 +283,18 @@ STREAMING_TABLE_PROPERTIES = {
 }
 
 
-def create_streaming_table_statements(table: TableName, columns: str, partitioned_by: str) -> list[str]:
+def create_streaming_table_statements(
+    table: TableName, columns: str, partitioned_by: str, format_version: int = 2
+) -> list[str]:
     """``CREATE NAMESPACE`` and ``CREATE TABLE ... IF NOT EXISTS`` for a streaming-written table.
 
-    ``columns`` and ``partitioned_by`` are fixed Spark SQL written by the calling job, never user input.
+    ``columns`` and ``partitioned_by`` are fixed Spark SQL written by the calling job, never user input. Format 3
+    makes Spark's merge-on-read writes deletion vectors instead of position-delete files.
     """
-    properties = ", ".join(f"'{k}' = '{v}'" for k, v in STREAMING_TABLE_PROPERTIES.items())
+    if format_version not in (2, 3):
+        raise InvalidCallError(f"format_version must be 2 or 3, got {shown(format_version)}")
+    settings = {**STREAMING_TABLE_PROPERTIES, "format-version": str(format_version)}
+    properties = ", ".join(f"'{k}' = '{v}'" for k, v in settings.items())
     return [
         f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`",
         f"CREATE TABLE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`.`{table.table}` ({columns}) "

@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rows-per-second", type=int, default=50)
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--trigger-seconds", type=float, default=3.0, help="commit interval")
+    parser.add_argument("--format-version", type=int, default=2, choices=(2, 3), help="3: deletion vectors")
     add_gate_arguments(parser, ungated_help="omit to ignore the gate (the ungated control)")
     return parser.parse_args(argv)
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = builder.getOrCreate()
     apply_job_secrets(spark, read_job_secrets(args.job_secrets))  # before the catalog is first used
     columns = "key BIGINT, value BIGINT, payload STRING, ts TIMESTAMP"
-    for statement in create_streaming_table_statements(name, columns, "bucket(4, key)"):
+    for statement in create_streaming_table_statements(name, columns, "bucket(4, key)", args.format_version):
         spark.sql(statement)
 
     gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)

@@ -12,6 +12,7 @@ import json
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.health import read_health
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.live_ingest import measure
@@ -69,6 +70,42 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
     # The last compaction left few files: one per bucket, plus what the writer added before they were counted.
     assert files_after_last_compaction <= 4 + 8
     assert figures[-1].added_data_files <= 4
+
+
+def test_gated_compactions_of_a_format_v3_table_fold_sparks_deletion_vectors_with_no_failed_commit(
+    unique_name, table_config, compaction_dag, tmp_path
+):
+    """Format v3: Spark's MERGE writes deletion vectors, which a rewrite conflicts with as with position deletes."""
+    table = f"lake.live.{unique_name}"
+    job = IngestJob(table_config(table), tmp_path / "ingest", trigger_seconds=TRIGGER_SECONDS, format_version=3)
+    job.start()
+    vectors, results = [], []
+    try:
+        job.wait_for_batches(3)
+        dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
+        for number in range(2):
+            job.wait_for_batches(len(job.batches()) + 2)  # MERGEs since the last compaction: new vectors
+            health = read_health(IcebergHook("lake").load_table(table.split(".", 1)[1]), table, small_file_ratio=0.75)
+            vectors.append(sum(p.deletion_vectors for p in health.partitions))
+            run = dag.test()
+            assert run.state == "success", f"compaction {number + 1} ended {run.state}"
+            results.append(run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files"))
+        job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
+    finally:
+        final = job.stop()
+    assert job.processes_left() == [], "the writer's Spark processes outlived it"
+    print(f"deletion vectors before each compaction: {vectors}; rewrites: {[r['rewrite_data_files'] for r in results]}")
+
+    assert IcebergHook("lake").load_table(table.split(".", 1)[1]).metadata.format_version == 3
+    assert all(count > 0 for count in vectors), "health counted no deletion vector"
+    # No failed commit on either side.
+    assert (final["failed_commits"], final["exit_error"]) == (0, None), final["failures"]
+    for result in results:
+        assert result["rewrite_data_files"]["failed_data_files_count"] == 0
+        assert result["rewrite_data_files"]["rewritten_data_files_count"] > 0
+    rows = table_rows(table)
+    assert {key: (value, payload) for key, value, payload in rows} == expected_rows(final["max_value"], job.keys)
+    assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
 
 
 def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(unique_name, table_config, tmp_path):

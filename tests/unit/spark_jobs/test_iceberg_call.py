@@ -176,3 +176,10 @@ def test_streaming_table_is_created_v2_merge_on_read_in_its_namespace():
         "PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read'"
     )
     assert "'write.distribution-mode' = 'none'" in table
+
+
+def test_a_streaming_table_of_format_v3_gets_deletion_vectors_and_no_other_format_is_taken():
+    _, table = create_streaming_table_statements(EVENTS, "id BIGINT", "bucket(4, id)", format_version=3)
+    assert "'format-version' = '3', 'write.delete.mode' = 'merge-on-read'" in table
+    with pytest.raises(InvalidCallError, match="format_version must be 2 or 3, got 1"):
+        create_streaming_table_statements(EVENTS, "id BIGINT", "bucket(4, id)", format_version=1)
