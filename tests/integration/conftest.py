@@ -134,6 +134,14 @@ def integration_stack() -> None:
         }
     )
 
+    # The catalog's own tables, created now through pyiceberg. Iceberg's Java JDBC catalog looks for them with
+    # DatabaseMetaData.getTables on no particular database: on a server where another database already holds an
+    # Iceberg catalog (the embedded default's, after `make demo`), it finds those, creates none here, and every
+    # Spark job that comes first then fails with "Table '<db>.iceberg_tables' doesn't exist".
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+    IcebergHook("lake").get_conn()
+
     def gate_connection(login: str, secret: str) -> str:
         return json.dumps({"conn_type": "iceberg_write_gate", "host": host, "port": port, "login": login,
                            "password": secret, "schema": GATE_DB})  # fmt: skip

@@ -9,6 +9,7 @@ change, or no row if that was a delete. Spark reads the table back (pyiceberg ca
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -29,10 +31,11 @@ from pyiceberg.types import LongType, NestedField, StringType
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.hooks.write_gate import GateOwner
+from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
-from devkit.writers import run_statements
+from devkit.writers import run_statements, spark_job_hook
 
 JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
 KEYS = 10_000
@@ -350,3 +353,52 @@ def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_a
         "keys": len(stream.expected),
         "digest": stream.digest(),
     }
+
+
+def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflicts(
+    kafka, cdc_table, unique_name, table_config, tmp_path
+):
+    """The control: the same load with rewrites that never close the gate. It prints what conflicted, on each side,
+    and whether the table still holds the expected rows; it fails only if no Flink commit landed during a rewrite
+    (then it measured nothing)."""
+    topic = f"changes_{unique_name}"
+    kafka.create_topic(topic, partitions=PARALLELISM)
+    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name)
+    stream = ChangeStream(kafka, topic)
+    job.start()
+    # Slower than the gated tests' load, so that Flink keeps committing through all three rewrites.
+    producing = threading.Thread(target=stream.produce, args=(CHANGES // 2, RATE // 3), daemon=True)
+    producing.start()
+    calls = [{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true", "remove-dangling-deletes": "true"}}]
+    rewrite_failures: list[str] = []
+    overlapped = 0
+    try:
+        for number in range(3):
+            since = committed_checkpoint(cdc_table)
+            job.wait_for(lambda since=since: committed_checkpoint(cdc_table) >= since + 2, "two Flink commits", 120)
+            output: list[str] = []
+            before = committed_checkpoint(cdc_table)
+            hook = spark_job_hook(table_config(cdc_table), ["--calls", json.dumps(calls)],
+                                  name=f"ungated-rewrite-{number}", gated=False, on_line=output.append)  # fmt: skip
+            try:
+                hook.submit(str(RUN_PROCEDURE_JOB))
+            except AirflowException:
+                rewrite_failures += [line for line in output if "Exception" in line][:2] or ["(no exception line)"]
+            overlapped += committed_checkpoint(cdc_table) > before  # Flink committed while the rewrite ran
+            if not job.running:
+                break
+        producing.join(timeout=180)
+        writer_ran_through = job.running
+        if writer_ran_through:
+            wait_until_committed(job, cdc_table, stream.produced)
+    finally:
+        job.stop()
+    writer_failures = [line for line in job.log().splitlines() if "Exception" in line][:3]
+    state = read_back(table_config, cdc_table) if writer_ran_through else None
+    matches = state == {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
+    print(
+        f"ungated, Flink upsert: 3 rewrites, {overlapped} with a Flink commit during them; rewrite failures: "
+        f"{rewrite_failures or 'none'}; Flink job {'ran through' if writer_ran_through else 'failed'}: "
+        f"{writer_failures if not writer_ran_through else 'no failure'}; table equals the expected state: {matches}"
+    )
+    assert overlapped > 0, "no Flink commit landed during an ungated rewrite: the control measured nothing"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
@@ -108,10 +109,14 @@ def test_gated_compactions_of_a_format_v3_table_fold_sparks_deletion_vectors_wit
     assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
 
 
-def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(unique_name, table_config, tmp_path):
+@pytest.mark.parametrize("format_version", [2, 3], ids=["v2-position-deletes", "v3-deletion-vectors"])
+def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
+    unique_name, table_config, tmp_path, format_version
+):
     table = f"lake.live.{unique_name}"
     config = table_config(table)
-    job = IngestJob(config, tmp_path / "ingest", gated=False, trigger_seconds=TRIGGER_SECONDS).start()
+    job = IngestJob(config, tmp_path / "ingest", gated=False, trigger_seconds=TRIGGER_SECONDS,
+                    format_version=format_version).start()  # fmt: skip
     compaction_conflicts: list[str] = []
     try:
         job.wait_for_batches(3)
@@ -137,6 +142,8 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
         final = job.stop()
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
     writer_conflicts = [failure for failure in final["failures"] if "ValidationException" in failure]
+    print(f"ungated, Spark MERGE on format v{format_version}: rewrite conflicts {compaction_conflicts[:3]}; "
+          f"writer conflicts {writer_conflicts[:3]}")  # fmt: skip
     assert compaction_conflicts or writer_conflicts, "no ValidationException on either side without the gate"
 
 
