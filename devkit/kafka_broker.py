@@ -120,10 +120,10 @@ class KafkaBroker:
             )
             (self.base_dir / "log4j2.properties").write_text(_LOG4J.format(log=self.log_file))
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            formatted = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self._config)),
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+            # "=": a URL-safe base64 id may begin with "-", which argparse would take for an option
+            options = [f"--cluster-id={cluster_id}", f"--config={self._config}"]
+            command = self._java("kafka.tools.StorageTool", "format", *options)
+            formatted = subprocess.run(command, capture_output=True, text=True, timeout=120)
             if formatted.returncode != 0:
                 raise KafkaBrokerError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         with (self.base_dir / "broker.out").open("a") as out:

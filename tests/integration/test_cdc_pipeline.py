@@ -32,6 +32,7 @@ from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_setting
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
+from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
 from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
@@ -39,9 +40,9 @@ from devkit.writers import run_statements, spark_job_hook
 
 JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
 KEYS = 10_000
-CHANGES = 40_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
+CHANGES = 30_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
 DELETE_SHARE = 0.2
-RATE = 600  # changes per second the producer sends: 67 s of changes, through three compactions
+RATE = 600  # changes per second the producer sends: 50 s of changes, through three compactions
 PARALLELISM = 2
 POKE_SECONDS = 0.5
 #: How long after the gate closes a subtask may still emit: its next look at the gate, plus scheduling on 2 cores.
@@ -163,10 +164,19 @@ def cdc_table(unique_name: str) -> Iterator[str]:
     drop_table("lake", table)
 
 
+def flink_snapshots(table: str) -> list[Any]:
+    """The snapshots of ``table`` that Flink's sink committed (they carry its checkpoint id), oldest first."""
+    snapshots = IcebergHook("lake").load_table(table.split(".", 1)[1]).snapshots()
+    return [s for s in snapshots if FLINK_CHECKPOINT_MARKER in s.summary.additional_properties]
+
+
 def committed_checkpoint(table: str) -> int:
-    """The newest checkpoint whose data the Flink sink has committed to ``table`` (0 before its first commit)."""
-    snapshot = IcebergHook("lake").load_table(table.split(".", 1)[1]).current_snapshot()
-    return int(snapshot.summary.additional_properties.get("flink.max-committed-checkpoint-id", 0)) if snapshot else 0
+    """The newest checkpoint whose data the Flink sink has committed to ``table`` (0 before its first commit).
+
+    Read from the newest snapshot Flink committed, not the current one: a rewrite's snapshot carries no checkpoint.
+    """
+    ids = [int(s.summary.additional_properties[FLINK_CHECKPOINT_MARKER]) for s in flink_snapshots(table)]
+    return max(ids, default=0)
 
 
 def emitted_changes(*jobs: CdcJob) -> list[int]:
@@ -366,8 +376,8 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
     job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name)
     stream = ChangeStream(kafka, topic)
     job.start()
-    # Slower than the gated tests' load, so that Flink keeps committing through all three rewrites.
-    producing = threading.Thread(target=stream.produce, args=(CHANGES // 2, RATE // 3), daemon=True)
+    # Slower than the gated tests' load, so that Flink keeps committing through the rewrites.
+    producing = threading.Thread(target=stream.produce, args=(CHANGES // 3, RATE // 2), daemon=True)
     producing.start()
     calls = [{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true", "remove-dangling-deletes": "true"}}]
     rewrite_failures: list[str] = []
@@ -377,14 +387,16 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
             since = committed_checkpoint(cdc_table)
             job.wait_for(lambda since=since: committed_checkpoint(cdc_table) >= since + 2, "two Flink commits", 120)
             output: list[str] = []
-            before = committed_checkpoint(cdc_table)
+            started_ms = time.time() * 1000
             hook = spark_job_hook(table_config(cdc_table), ["--calls", json.dumps(calls)],
                                   name=f"ungated-rewrite-{number}", gated=False, on_line=output.append)  # fmt: skip
             try:
                 hook.submit(str(RUN_PROCEDURE_JOB))
             except AirflowException:
                 rewrite_failures += [line for line in output if "Exception" in line][:2] or ["(no exception line)"]
-            overlapped += committed_checkpoint(cdc_table) > before  # Flink committed while the rewrite ran
+            ended_ms = time.time() * 1000
+            # Flink committed while the rewrite ran: between its start and its end
+            overlapped += any(started_ms < s.timestamp_ms < ended_ms for s in flink_snapshots(cdc_table))
             if not job.running:
                 break
         producing.join(timeout=180)
