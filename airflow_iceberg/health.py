@@ -256,9 +256,10 @@ def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_pa
     """Whether a delete file can still delete a row of a live data file of its partition (else it is dangling).
 
     Iceberg's rule: an equality delete applies to the partition's data files of a lower sequence number, a
-    position delete to those of a lower or equal one. A position delete or deletion vector that names its one
-    data file (``referenced_data_file``, format v3 and Flink's file-scoped deletes) applies only while that file
-    is live.
+    position delete to those of a lower or equal one. A delete file that names its one data file
+    (``referenced_data_file``) applies only while that file is live; pyiceberg 0.12 does not expose that field
+    yet, so today the sequence rule decides for every file, which keeps a file-scoped position delete of a
+    replaced file counted until a newer rewrite.
     """
     from pyiceberg.manifest import DataFileContent
 
