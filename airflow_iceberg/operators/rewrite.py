@@ -187,10 +187,6 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                 **planned.get(procedure, {}),
                 **(overrides.options.get(procedure, {}) if overrides else {}),
             }
-            if procedure == "rewrite_data_files" and str(options.get("partial-progress.enabled")).lower() == "true":
-                # Iceberg lets every commit group fail by default, logs it, and reports success: one failed
-                # group must fail the procedure, so that the task, the run and its record say so.
-                options.setdefault("partial-progress.max-failed-commits", 0)
             arguments = {
                 **self.arguments.get(procedure, {}),
                 **(overrides.arguments.get(procedure, {}) if overrides else {}),

@@ -382,24 +382,6 @@ def test_a_where_of_its_own_is_parsed_before_spark_starts_and_a_bad_one_fails_na
     assert "DROP TABLE" in str(raised.value)
 
 
-@pytest.mark.parametrize(
-    ("own", "sent"),
-    [
-        ({"partial-progress.enabled": True}, 0),
-        ({"partial-progress.enabled": "true", "partial-progress.max-failed-commits": 2}, 2),  # the table's choice
-        ({}, None),  # without partial progress a failed commit fails the procedure anyway
-    ],
-    ids=["partial-progress", "failures-allowed-by-the-table", "no-partial-progress"],
-)
-def test_under_partial_progress_one_failed_commit_group_fails_the_rewrite(monkeypatch, tmp_path, own, sent):
-    command, *_ = submitted(
-        monkeypatch, tmp_path, DEPLOY_MODES["local"][0], SECRET_CATALOGS["jdbc-password"][0],
-        options={"rewrite_data_files": own},
-    )  # fmt: skip
-    (call,) = json.loads(flag(command, "--calls"))
-    assert call["options"].get("partial-progress.max-failed-commits") == sent
-
-
 def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_full_rewrite_always_does():
     from airflow_iceberg.dag_factory import build_full_rewrite_dag
 
