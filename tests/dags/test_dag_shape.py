@@ -118,7 +118,10 @@ def test_table_settings_reach_the_tasks():
     assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
     assert wait.timeout == 1200  # half the longest pause, leaving the rest for the rewrites
     assert rewrite.execution_timeout.total_seconds() == 2400  # the job also stops itself at the pause's ceiling
-    assert rewrite.options == {"rewrite_data_files": {"target-file-size-bytes": 134217728},
+    # Under the table's own options, the provider's: data files that carry deletes are rewritten, and the delete
+    # files that then apply to nothing are removed.
+    folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
+    assert rewrite.options == {"rewrite_data_files": {**folding, "target-file-size-bytes": 134217728},
                                "rewrite_position_delete_files": {}}  # fmt: skip
     assert rewrite.where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
     assert rewrite._conn_id == "spark_yarn"
@@ -187,7 +190,10 @@ def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_
     assert dag.get_task("open_gate").is_teardown and dag.max_active_runs == 1
     assert dag.schedule == "@daily" and dag.catchup is True
     everything = {"rewrite-all": True, "max-concurrent-file-group-rewrites": 200}
-    assert dag.get_task("rewrite_files").options == dict.fromkeys(dag.get_task("rewrite_files").procedures, everything)
+    assert dag.get_task("rewrite_files").options == {
+        "rewrite_data_files": {**everything, "remove-dangling-deletes": True},  # then drops what applies to nothing
+        "rewrite_position_delete_files": everything,
+    }
     assert render_where(dag, "2026-11-20T00:00:00+00:00") == "`dt` = '20261120'"
 
 
