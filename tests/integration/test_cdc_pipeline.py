@@ -180,18 +180,25 @@ def emitted_changes(*jobs: CdcJob) -> list[int]:
 
 
 def wait_until_committed(job: CdcJob, table: str, produced: int) -> None:
-    """Wait until ``job`` emitted every produced change and committed the checkpoint after its last one."""
+    """Wait until ``job`` emitted every produced change and committed a checkpoint that holds its last one.
+
+    That is a checkpoint whose state every subtask took after its own last record (its ``snapshot`` event: the
+    recorder is chained to the source, so the barrier follows every record before it). A checkpoint that merely
+    completed after the last record may have taken its state before it.
+    """
     job.wait_for(lambda: len(set(emitted_changes(job))) >= produced, f"{produced} changes emitted", 180)
     assert set(emitted_changes(job)) == set(range(produced))
-    last_emit = max(max(e.emit_times()) for e in job.events().values() if e.emits)
-    after: list[int] = []
+    last_emits = {subtask: max(e.emit_times(), default=0.0) for subtask, e in job.events().items()}
+    holding: list[int] = []
 
-    def checkpoint_after_last_emit() -> bool:
-        after[:] = [cp for e in job.events().values() for cp in e.completions_between(last_emit, float("inf"))]
-        return bool(after)
+    def checkpoint_holding_every_change() -> bool:
+        events = job.events()
+        after = [{cp for cp, t in events[i].snapshots.items() if t > last} for i, last in last_emits.items()]
+        holding[:] = sorted(set.intersection(*after)) if after else []
+        return bool(holding)
 
-    job.wait_for(checkpoint_after_last_emit, "a checkpoint completed after the last change", timeout=60)
-    job.wait_for(lambda: committed_checkpoint(table) >= min(after), f"checkpoint {min(after)} committed", timeout=60)
+    job.wait_for(checkpoint_holding_every_change, "a checkpoint taken after the last change", timeout=60)
+    job.wait_for(lambda: committed_checkpoint(table) >= holding[0], f"checkpoint {holding[0]} committed", 60)
 
 
 def read_back(table_config, table: str) -> dict:
