@@ -32,6 +32,7 @@ from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_setting
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.flink_jobs import FlinkJob
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
@@ -159,9 +160,15 @@ def cdc_table(unique_name: str) -> Iterator[str]:
     drop_table("lake", table)
 
 
+def load(table: str) -> Any:
+    """``table`` (``lake.<namespace>.<name>``) through the Iceberg provider's hook, as pyiceberg loads it."""
+    name = TableName.parse(table)
+    return IcebergHook(name.catalog).load_table(name.in_catalog)
+
+
 def flink_snapshots(table: str) -> list[Any]:
     """The snapshots of ``table`` that Flink's sink committed (they carry its checkpoint id), oldest first."""
-    snapshots = IcebergHook("lake").load_table(table.split(".", 1)[1]).snapshots()
+    snapshots = load(table).snapshots()
     return [s for s in snapshots if FLINK_CHECKPOINT_MARKER in s.summary.additional_properties]
 
 
@@ -213,14 +220,14 @@ def as_of(table: str, snapshot_id: int) -> Any:
     """``table`` (pyiceberg) as it was at ``snapshot_id``: its metadata with that snapshot as the current one."""
     from pyiceberg.table import Table
 
-    current = IcebergHook("lake").load_table(table.split(".", 1)[1])
+    current = load(table)
     metadata = current.metadata.model_copy(update={"current_snapshot_id": snapshot_id})
     return Table(current.name(), metadata, current.metadata_location, current.io, current.catalog)
 
 
 def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
     """The rewrite (``replace``) snapshots committed to ``table`` between ``start`` and ``end``, oldest first."""
-    snapshots = IcebergHook("lake").load_table(table.split(".", 1)[1]).snapshots()
+    snapshots = load(table).snapshots()
     window = (start.timestamp() * 1000, end.timestamp() * 1000)
     return sorted((s for s in snapshots if s.summary.operation.value == "replace"
                    and window[0] <= s.timestamp_ms <= window[1]), key=lambda s: s.sequence_number)  # fmt: skip
@@ -247,7 +254,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
         for _ in range(3):
             # Runs that the table's own health would start: the upserts made it need work again.
             job.wait_for(
-                lambda: plan_table(IcebergHook("lake").load_table(cdc_table.split(".", 1)[1]), cdc_table,
+                lambda: plan_table(load(cdc_table), cdc_table,
                                    config.health.triggers(), where)[1].decision == "compact",
                 "the table's health asking for a compaction", timeout=120,
             )  # fmt: skip
@@ -269,7 +276,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     events = job.events()
     assert sorted(events) == list(range(PARALLELISM))
     # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
-    history = {entry.snapshot_id for entry in IcebergHook("lake").load_table(cdc_table.split(".", 1)[1]).history()}
+    history = {entry.snapshot_id for entry in load(cdc_table).history()}
     writers = gate_hook.get_state(cdc_table).writers
     assert {w.writer_id for w in writers} == job.writer_ids and {w.ack_snapshot_id for w in writers} <= history
     for number, (closed, opened, results, rewrites) in enumerate(compactions, 1):
