@@ -29,11 +29,13 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
+from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.health import PROCEDURES, plan_table
+from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from devkit.flink_jobs import FlinkJob
+from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
 from devkit.writers import run_statements, spark_job_hook
@@ -102,12 +104,14 @@ class CdcJob(FlinkJob):
         topic: str,
         table: str,
         writer_id: str,
+        checkpoints: Path | None = None,
+        restore_from: Path | None = None,
     ) -> None:
         catalog, identifier = table.split(".", 1)
         settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
         prefix = f"spark.sql.catalog.{catalog}"
         gate = BaseHook.get_connection("write_gate_writer")  # a writer's grants, nothing more
-        self.checkpoints = workdir / "checkpoints"
+        self.checkpoints = checkpoints or workdir / "checkpoints"
         options = {
             "bootstrap": kafka.bootstrap,
             "topic": topic,
@@ -124,6 +128,8 @@ class CdcJob(FlinkJob):
             "parallelism": PARALLELISM,
             "checkpoint-dir": self.checkpoints.as_uri(),
         }
+        if restore_from is not None:
+            options["restore-from"] = restore_from.as_uri()
         super().__init__(
             workdir,
             JOB_CLASS,
@@ -186,15 +192,16 @@ def emitted_changes(*jobs: CdcJob) -> list[int]:
     return [int(value.split(",", 1)[0]) for job in jobs for e in job.events().values() for value, _ in e.emits]
 
 
-def wait_until_committed(job: CdcJob, table: str, produced: int) -> None:
-    """Wait until ``job`` emitted every produced change and committed a checkpoint that holds its last one.
+def wait_until_committed(job: CdcJob, table: str, produced: int, *, earlier: tuple[CdcJob, ...] = ()) -> None:
+    """Wait until every produced change was emitted (by ``job``, or by the ``earlier`` jobs it restored from) and
+    ``job`` committed a checkpoint that holds its last one.
 
     That is a checkpoint whose state every subtask took after its own last record (its ``snapshot`` event: the
     recorder is chained to the source, so the barrier follows every record before it). A checkpoint that merely
     completed after the last record may have taken its state before it.
     """
-    job.wait_for(lambda: len(set(emitted_changes(job))) >= produced, f"{produced} changes emitted", 180)
-    assert set(emitted_changes(job)) == set(range(produced))
+    job.wait_for(lambda: len(set(emitted_changes(job, *earlier))) >= produced, f"{produced} changes emitted", 180)
+    assert set(emitted_changes(job, *earlier)) == set(range(produced))
     last_emits = {subtask: max(e.emit_times(), default=0.0) for subtask, e in job.events().items()}
     holding: list[int] = []
 
@@ -206,6 +213,13 @@ def wait_until_committed(job: CdcJob, table: str, produced: int) -> None:
 
     job.wait_for(checkpoint_holding_every_change, "a checkpoint taken after the last change", timeout=60)
     job.wait_for(lambda: committed_checkpoint(table) >= holding[0], f"checkpoint {holding[0]} committed", 60)
+
+
+def latest_checkpoint(directory: Path) -> Path:
+    """The newest completed checkpoint of a job under its checkpoint directory (one whose metadata is written)."""
+    completed = [metadata.parent for metadata in directory.glob("*/chk-*/_metadata")]
+    assert completed, f"no completed checkpoint under {directory}"
+    return max(completed, key=lambda path: int(path.name.split("-")[1]))
 
 
 def read_back(table_config, table: str) -> dict:
@@ -304,6 +318,61 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     # No change lost or applied twice: the table holds exactly the expected row per key.
     stats = TableStats.read("lake", cdc_table)
     print(f"{stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; table now: {stats}")
+    assert read_back(table_config, cdc_table) == {
+        "row_count": len(stream.expected),
+        "keys": len(stream.expected),
+        "digest": stream.digest(),
+    }
+
+
+def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_and_repeating_no_change(
+    kafka, cdc_table, unique_name, gate_hook, table_config, tmp_path
+):
+    topic = f"changes_{unique_name}"
+    kafka.create_topic(topic, partitions=PARALLELISM)
+    common = {"kafka": kafka, "topic": topic, "table": cdc_table, "writer_id": unique_name}
+    job = CdcJob(tmp_path / "job", **common)
+    stream = ChangeStream(kafka, topic)
+    job.start()
+    producing = threading.Thread(target=stream.produce, args=(CHANGES // 2, RATE), daemon=True)
+    producing.start()
+    restored = None
+    try:
+        job.wait_for(lambda: job.emitted() >= KEYS // 2, "the first changes emitted", timeout=180)
+        owner = GateOwner(compaction_dag_id(TableName.parse(cdc_table)), f"manual__{unique_name}")
+        closed_at = gate_hook.close_gate(cdc_table, owner, lease_seconds=300).closed_at.timestamp()
+        wait_for_acknowledgements(gate_hook, cdc_table, job)
+        job.kill()  # SIGKILL in the pause: no clean shutdown, no last checkpoint
+        killed_at = time.time()
+        restored = CdcJob(tmp_path / "restored", **common, checkpoints=job.checkpoints,
+                          restore_from=latest_checkpoint(job.checkpoints))  # fmt: skip
+        restored.start()
+        restored.wait_for(
+            lambda: len(restored.events()) == PARALLELISM
+            and all(len(e.completions) >= 2 for e in restored.events().values()),
+            "two completed checkpoints per subtask of the restored job, the gate still closed",
+            timeout=120,
+        )
+        opened_at = gate_hook.open_gate(cdc_table, owner)[1].opened_at.timestamp()
+        producing.join(timeout=180)
+        assert not producing.is_alive(), "the producer did not finish"
+        wait_until_committed(restored, cdc_table, stream.produced, earlier=(job,))
+        assert restored.running, f"the restored Flink job ended:\n{restored.log()[-5000:]}"
+    finally:
+        job.stop()
+        if restored is not None:
+            restored.stop()
+
+    # Nothing emitted while the gate was closed: not by the killed job after it paused, not by the restored one
+    # before the gate opened. Kafka kept the changes, and the restored job read them from its checkpoint's offsets.
+    for subtask, e in job.events().items():
+        assert e.emit_times(closed_at + EMIT_SLACK, killed_at) == [], f"subtask {subtask} emitted while closed"
+    for subtask, e in restored.events().items():
+        assert e.emit_times(end=opened_at) == [], f"restored subtask {subtask} emitted while closed"
+        assert e.emit_times(start=opened_at), f"restored subtask {subtask} emitted nothing after the opening"
+    # No key lost, none duplicated: exactly the expected row per key.
+    print(f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause, restored, opened "
+          f"{opened_at - closed_at:.1f} s after the closing; {len(stream.expected)} keys live")  # fmt: skip
     assert read_back(table_config, cdc_table) == {
         "row_count": len(stream.expected),
         "keys": len(stream.expected),
