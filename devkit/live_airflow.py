@@ -226,24 +226,21 @@ class LiveAirflow:
             return
         group = self.process.pid
         os.killpg(group, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(group, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.5)
-        else:
+        # Reap standalone itself first: until it is waited for, it stays in its group as a zombie, and the group
+        # would look alive for as long as any deadline allows.
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
             os.killpg(group, signal.SIGKILL)
-        self.process.wait(30)
+            self.process.wait(30)
         self.process = None
         # Nothing of the group may outlive it (the scheduler's LocalExecutor workers included).
-        time.sleep(1)
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        raise AssertionError(f"processes of airflow standalone's group {group} outlived it")
+        deadline = time.monotonic() + 30
+        while _group_alive(group):
+            if time.monotonic() > deadline:
+                os.killpg(group, signal.SIGKILL)
+                raise AssertionError(f"processes of airflow standalone's group {group} outlived it by 30 s")
+            time.sleep(0.2)
 
     def wait_for(self, what: str, condition: Callable[[], Any], timeout: float, every: float = 1) -> Any:
         """Poll ``condition`` every ``every`` s until it returns something true, and return that; fail after
@@ -321,6 +318,14 @@ class LiveAirflow:
         return "\n".join(
             json.dumps(item) if isinstance(item, dict) else str(item) for item in response.json()["content"]
         )
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _cpu(process: Any) -> float:
