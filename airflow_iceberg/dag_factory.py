@@ -40,7 +40,8 @@ PLAN_TASK_ID = "plan_compaction"
 
 #: Retries by kind of task. Every task retries at least once: a time-out of Airflow's own Execution API as a
 #: task starts is enough to fail it. Failures that a retry cannot mend (bad input, a gate another run holds,
-#: a run that lost its gate, an Iceberg commit conflict) fail at once, without retries (AirflowFailException).
+#: a run that lost its gate, an Iceberg commit conflict, a partial-progress rewrite with failed file groups)
+#: fail at once, without retries (AirflowFailException).
 RETRIES: dict[str, dict[str, Any]] = {
     # Reading Params and table metadata: cheap to repeat.
     "check": {"retries": 2, "retry_delay": timedelta(seconds=10), "retry_exponential_backoff": 2.0},

@@ -122,8 +122,10 @@ def rewrite_files(config: TableConfig, full: bool) -> str:
         "**If it fails**, Iceberg committed nothing of the failed procedure (with partial progress, file groups "
         "already committed stay; a procedure that completed before it stays too) and `open_gate` still reopens the "
         "gate. It retries once; it does not retry an Iceberg commit conflict (a writer committed during the pause, "
-        "which the gate exists to prevent: check that the writer reads the gate), or a run that lost its gate or "
-        "reached the ceiling."
+        "which the gate exists to prevent: check that the writer reads the gate), a run that lost its gate or "
+        "reached the ceiling, or a partial-progress rewrite whose file groups failed to rewrite or to commit (its "
+        "XCom `partial_failure` and the run record's detail say how many planned files it left as they were; the "
+        "next run plans them again)."
     )
 
 

@@ -149,7 +149,7 @@ class RecordRunOperator(BaseOperator):
     """Complete the run's record: health after, gate and rewrite seconds, and the outcome (the run's teardown).
 
     The outcome is ``success`` when the rewrite task completed (it pushes its wall time only then), else
-    ``failed``.
+    ``failed``, with the rewrite's partial failure (the planned files it left as they were) as its detail.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog.
@@ -183,6 +183,7 @@ class RecordRunOperator(BaseOperator):
         if plan["outcome"] != "running":  # a short-circuit skips every task after it but teardowns
             raise AirflowSkipException(f"{self.plan_task_id} ended the run ({plan['outcome']}) and recorded it")
         seconds = ti.xcom_pull(task_ids=self.rewrite_task_id, key="seconds")
+        partial = ti.xcom_pull(task_ids=self.rewrite_task_id, key="partial_failure")
         owner = run_owner(context)
         gate = WriteGateHook(self.write_gate_conn_id)
         trail = [row for row in gate.audit_trail(self.table)
@@ -198,7 +199,7 @@ class RecordRunOperator(BaseOperator):
             "bytes_after": health.data_bytes, "gate_closed_seconds": gate_seconds,
             "rewrite_seconds": seconds,
             "outcome": "failed" if seconds is None else "success",
-            "detail": f"{self.rewrite_task_id} did not complete" if seconds is None else None,
+            "detail": (partial or f"{self.rewrite_task_id} did not complete")[:1000] if seconds is None else None,
         }  # fmt: skip
         gate.record_run(record, finished=True)
         self.log.info("Run record of %s: %s", self.table, record)

@@ -16,7 +16,6 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  #
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 from airflow.sdk import Asset, Context, literal  # noqa: E402
 from airflow.sdk.exceptions import (  # noqa: E402
-    AirflowException,
     AirflowFailException,
     AirflowNotFoundException,
     AirflowSkipException,
@@ -50,6 +49,26 @@ def table_asset(table: TableName) -> Asset:
     return Asset(uri=f"iceberg://{table.catalog}/{table.namespace}/{table.table}", name=str(table))
 
 
+def partial_failure(results: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """What a partial-progress rewrite left undone, in one sentence, or None if it did all it planned.
+
+    ``failed_data_files_count`` is Iceberg's count of files whose group failed to rewrite;
+    ``uncommitted_data_files_count`` the job's count of planned files whose group failed to commit
+    (``run_procedure.py``), which Iceberg's result row leaves out.
+    """
+    parts = []
+    for procedure, result in results.items():
+        failed = int(result.get("failed_data_files_count") or 0)
+        uncommitted = int(result.get("uncommitted_data_files_count") or 0)
+        if failed or uncommitted:
+            planned = result.get("planned_data_files_count")
+            of = f" of {planned} planned" if planned is not None else ""
+            what = [f"{failed} failed to rewrite"] if failed else []
+            what += [f"{uncommitted} were rewritten but their commit failed"] if uncommitted else []
+            parts.append(f"{procedure} left {failed + uncommitted} data files{of} as they were: {' and '.join(what)}")
+    return "; ".join(parts) or None
+
+
 class IcebergRewriteOperator(SparkSubmitOperator):
     """Run ``CALL <catalog>.system.<procedure>(...)`` for each of ``procedures`` on one table, one after another,
     in one PySpark application, and push their result rows.
@@ -72,8 +91,9 @@ class IcebergRewriteOperator(SparkSubmitOperator):
     If ``write_gate_conn_id`` is set, the task renews this run's lease on the table's gate and submits the job
     only if the run still holds it; the job then renews the lease itself while it works, starts each ``CALL``
     only on a lease with time left, and stops (cancelling its Spark jobs, before writers resume) when the run
-    no longer holds the gate or the pause reaches its ceiling. That failure, and an Iceberg commit conflict,
-    fail the task without retries: inside the same gate window a retry would meet the same writer.
+    no longer holds the gate or the pause reaches its ceiling. That failure, an Iceberg commit conflict, and a
+    partial-progress rewrite that left planned files as they were (:func:`partial_failure`) fail the task without
+    retries: inside the same gate window a retry would meet the same writer.
 
     In local and client deploy modes each procedure's result row (for ``rewrite_data_files``:
     ``rewritten_data_files_count``, ``added_data_files_count``, ``rewritten_bytes_count``, ...) is logged and
@@ -246,12 +266,16 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             self.log.warning("The Spark job reported no result rows (cluster deploy mode keeps driver output)")
         for procedure, result in results.items():
             self.log.info("%s on %s: %s", procedure, name, result)
-            failed = result.get("failed_data_files_count") or 0
-            if failed:  # partial progress reports failed file groups instead of failing the procedure
-                raise AirflowException(
-                    f"{procedure} on {name} could not rewrite {failed} data files (see Spark's errors above); "
-                    f"file groups that did succeed were committed, the others are as they were: {result}"
-                )
+        failure = partial_failure(results)
+        if failure is not None:  # partial progress reports failed file groups instead of failing the procedure
+            context["ti"].xcom_push(key="results", value=results)  # what did commit, for the record and for users
+            context["ti"].xcom_push(key="partial_failure", value=failure)
+            # Not retried: its commits failed behind the closed gate, so something else commits to the table, and
+            # a retry in the same window would meet it again while the writers wait.
+            raise AirflowFailException(
+                f"{failure} on {name} (see Spark's errors above). The file groups that did succeed were committed, "
+                f"the others are as they were; the next run plans them again. {results}"
+            )
         context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - started, 3))
         for outlet in self.outlets:  # the table's asset event carries what each procedure did
             context["outlet_events"][outlet].extra = {"procedures": results}

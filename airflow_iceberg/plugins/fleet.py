@@ -257,7 +257,7 @@ def build_app() -> Any:
 _RUN_FIELDS = (
     "dag_id", "run_id", "decision", "outcome", "reason", "data_files_before", "data_files_after",
     "delete_files_before", "delete_files_after", "bytes_before", "bytes_after", "gate_closed_seconds",
-    "rewrite_seconds",
+    "rewrite_seconds", "detail",
 )  # fmt: skip
 
 

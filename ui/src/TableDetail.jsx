@@ -127,7 +127,10 @@ export function TableDetail({ table }) {
                   <Table.Cell>{files(r.data_files_before, r.data_files_after)}</Table.Cell>
                   <Table.Cell>{files(r.delete_files_before, r.delete_files_after)}</Table.Cell>
                   <Table.Cell>{seconds(r.gate_closed_seconds)}</Table.Cell>
-                  <Table.Cell maxW="420px">{r.reason}</Table.Cell>
+                  <Table.Cell maxW="420px">
+                    {r.reason}
+                    {r.detail ? <Text className="run-detail" color="fg.error" mt={1}>{r.detail}</Text> : null}
+                  </Table.Cell>
                 </Table.Row>
               ))}
             </Table.Body>

@@ -347,15 +347,54 @@ def test_a_python_job_in_cluster_mode_on_a_standalone_master_is_refused_before_a
         submitted(monkeypatch, tmp_path, standalone_cluster, SECRET_CATALOGS["jdbc-password"][0])
 
 
-def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite(tmp_path, monkeypatch):
-    from airflow.sdk.exceptions import AirflowException
+class PushedXCom:
+    """A task instance's ``xcom_push``, kept."""
 
-    result = {"rewritten_data_files_count": 4, "added_data_files_count": 1, "failed_data_files_count": 29}
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
+@pytest.mark.parametrize(
+    ("counts", "sentence"),
+    [
+        ({"failed_data_files_count": 29}, "left 29 data files as they were: 29 failed to rewrite"),
+        (
+            {"failed_data_files_count": 0, "planned_data_files_count": 40, "uncommitted_data_files_count": 7},
+            "left 7 data files of 40 planned as they were: 7 were rewritten but their commit failed",
+        ),
+        (
+            {"failed_data_files_count": 2, "planned_data_files_count": 40, "uncommitted_data_files_count": 7},
+            "left 9 data files of 40 planned as they were: 2 failed to rewrite and 7 were rewritten but their "
+            "commit failed",
+        ),
+    ],
+)
+def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite_without_retries_and_say_so(
+    tmp_path, monkeypatch, counts, sentence
+):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    result = {"rewritten_data_files_count": 4, "added_data_files_count": 1, **counts}
     line = format_result_line({"procedure": "rewrite_data_files", **result})
     op = rewrite_with_spark_submit(tmp_path, monkeypatch, f"echo '{line}'\n")
-    with pytest.raises(AirflowException, match="could not rewrite 29 data files") as raised:
-        op.execute({"outlet_events": {}})
+    ti = PushedXCom()
+    with pytest.raises(AirflowFailException, match=f"rewrite_data_files {sentence} on lake.demo.events") as raised:
+        op.execute({"outlet_events": {}, "ti": ti})
     assert "file groups that did succeed were committed" in str(raised.value)
+    assert ti.pushed == {"results": {"rewrite_data_files": result}, "partial_failure": f"rewrite_data_files {sentence}"}
+
+
+def test_a_partial_progress_rewrite_that_committed_every_planned_file_succeeds(tmp_path, monkeypatch):
+    result = {"rewritten_data_files_count": 40, "failed_data_files_count": 0, "planned_data_files_count": 40,
+              "uncommitted_data_files_count": 0}  # fmt: skip
+    line = format_result_line({"procedure": "rewrite_data_files", **result})
+    op = rewrite_with_spark_submit(tmp_path, monkeypatch, f"echo '{line}'\n")
+    ti = PushedXCom()
+    assert op.execute({"outlet_events": {}, "ti": ti}) == {"rewrite_data_files": result}
+    assert "partial_failure" not in ti.pushed
 
 
 def test_both_rewrites_go_to_one_spark_submit_in_order_each_with_its_own_predicate(monkeypatch, tmp_path):

@@ -62,15 +62,16 @@ def gate(closed: bool) -> GateState:
                      NOW + timedelta(seconds=300) if closed else None, None, NOW)  # fmt: skip
 
 
-def run(run_id: str, started: datetime, outcome: str = "success") -> dict:
+def run(run_id: str, started: datetime, outcome: str = "success", detail: str | None = None) -> dict:
     return {"run_id": run_id, "dag_id": HELD_BY.dag_id, "started_at": started, "finished_at": started,
             "decision": "compact", "outcome": outcome, "reason": "1 of 2 partitions need work",
             "data_files_before": 24, "data_files_after": 2, "delete_files_before": 3, "delete_files_after": 0,
             "bytes_before": 48_000, "bytes_after": 40_000, "gate_closed_seconds": 21.5,
-            "rewrite_seconds": 12.0}  # fmt: skip
+            "rewrite_seconds": 12.0, "detail": detail}  # fmt: skip
 
 
-RUNS = [run("manual__old", NOW - timedelta(days=40)), run("manual__1", NOW - timedelta(hours=2), "failed")]
+FAILURE = "rewrite_data_files left 7 data files of 40 planned as they were: 7 were rewritten but their commit failed"
+RUNS = [run("manual__old", NOW - timedelta(days=40)), run("manual__1", NOW - timedelta(hours=2), "failed", FAILURE)]
 
 
 def summary(closed: bool) -> TableSummary:
@@ -174,6 +175,7 @@ def test_a_table_page_offers_force_open_to_editors_only_and_keeps_the_runs_of_it
     assert page["may_force_open"] and page["gate"]["holder"]["run_id"] == HELD_BY.run_id
     assert page["gate"]["line"].startswith(f"closed by dag {HELD_BY.dag_id} run {HELD_BY.run_id}, lease 300 s left")
     assert [r["run_id"] for r in page["runs"]] == ["manual__1"]  # the 40-day-old run is out of range
+    assert page["runs"][0]["outcome"] == "failed" and page["runs"][0]["detail"] == FAILURE  # what it left undone
     assert [r["run_id"] for r in http.get(f"/iceberg/api/tables/{TABLE}?days=0").json()["runs"]] == [
         "manual__old", "manual__1"]  # fmt: skip
     token = form_token(http)
