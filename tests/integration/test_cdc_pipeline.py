@@ -10,10 +10,8 @@ change, or no row if that was a delete. Spark reads the table back (pyiceberg ca
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -22,124 +20,27 @@ from typing import Any
 import pytest
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-from airflow.sdk import BaseHook
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.transforms import BucketTransform
-from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
+from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
+from devkit.flink_jobs import wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
 from devkit.writers import run_statements, spark_job_hook
 
-JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
 KEYS = 10_000
 CHANGES = 30_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
-DELETE_SHARE = 0.2
 RATE = 600  # changes per second the producer sends: 50 s of changes, through three compactions
 PARALLELISM = 2
 POKE_SECONDS = 0.5
+JOB = {"parallelism": PARALLELISM, "poke_seconds": POKE_SECONDS}
 #: How long after the gate closes a subtask may still emit: its next look at the gate, plus scheduling on 2 cores.
 EMIT_SLACK = POKE_SECONDS + 0.5
-
-
-class ChangeStream:
-    """Produces the changes, ``<seq>,<op>,<id>,v<seq>`` keyed by id, and keeps the state they should leave."""
-
-    def __init__(self, kafka: KafkaBroker, topic: str, seed: int = 24) -> None:
-        self.producer = kafka.producer()
-        self.topic = topic
-        self.rng = random.Random(seed)
-        self.expected: dict[int, str] = {}
-        self.produced = 0
-        self.errors: list[str] = []
-
-    def _delivered(self, error, message) -> None:
-        if error is not None:
-            self.errors.append(str(error))
-
-    def produce(self, count: int, rate: float) -> None:
-        started = time.monotonic()
-        for _ in range(count):
-            seq = self.produced
-            key = seq if seq < KEYS else self.rng.randrange(KEYS)
-            op = "d" if seq >= KEYS and self.rng.random() < DELETE_SHARE else "u"
-            value = f"v{seq}"
-            self.producer.produce(self.topic, key=str(key).encode(), value=f"{seq},{op},{key},{value}".encode(),
-                                  on_delivery=self._delivered)  # fmt: skip
-            if op == "d":
-                self.expected.pop(key, None)
-            else:
-                self.expected[key] = value
-            self.produced += 1
-            if self.produced % 200 == 0:
-                self.producer.poll(0)
-                ahead = self.produced / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-        assert self.producer.flush(60) == 0, "messages still unsent after 60 s"
-        assert self.errors == [], f"deliveries failed: {self.errors[:5]}"
-
-    def digest(self) -> int:
-        """What Spark's ``sum(crc32(concat(id, ':', v)))`` gives on a table holding exactly the expected rows."""
-        return sum(zlib.crc32(f"{key}:{value}".encode()) for key, value in self.expected.items())
-
-
-class CdcJob(FlinkJob):
-    """``CdcUpsertJob`` on ``table`` (``lake.<namespace>.<name>``), reading ``topic``, checkpoints under workdir."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        *,
-        kafka: KafkaBroker,
-        topic: str,
-        table: str,
-        writer_id: str,
-        checkpoints: Path | None = None,
-        restore_from: Path | None = None,
-    ) -> None:
-        catalog, identifier = table.split(".", 1)
-        settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
-        prefix = f"spark.sql.catalog.{catalog}"
-        gate = BaseHook.get_connection("write_gate_writer")  # a writer's grants, nothing more
-        self.checkpoints = checkpoints or workdir / "checkpoints"
-        options = {
-            "bootstrap": kafka.bootstrap,
-            "topic": topic,
-            "group": writer_id,
-            "catalog": catalog,
-            "catalog-uri": settings.conf[f"{prefix}.uri"],
-            "catalog-user": settings.conf.get(f"{prefix}.jdbc.user", ""),
-            "warehouse": settings.conf[f"{prefix}.warehouse"],
-            "table": identifier,
-            "gate-url": f"jdbc:mariadb://{gate.host}:{gate.port}/{gate.schema}",
-            "gate-user": gate.login,
-            "writer-id": writer_id,
-            "poke-ms": int(POKE_SECONDS * 1000),
-            "parallelism": PARALLELISM,
-            "checkpoint-dir": self.checkpoints.as_uri(),
-        }
-        if restore_from is not None:
-            options["restore-from"] = restore_from.as_uri()
-        super().__init__(
-            workdir,
-            JOB_CLASS,
-            options,
-            writer_ids={f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)},
-            env={
-                "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or "",
-                "AIRFLOW_ICEBERG_CATALOG_PASSWORD": settings.secret_conf.get(f"{prefix}.jdbc.password", ""),
-            },
-        )
 
 
 @pytest.fixture(scope="module")
@@ -152,16 +53,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 def cdc_table(unique_name: str) -> Iterator[str]:
     """A format-v2 table keyed by ``id`` (its identifier field), in four buckets of it, as Flink's upsert needs."""
     table = f"lake.cdc.{unique_name}"
-    catalog = IcebergHook("lake").get_conn()
-    catalog.create_namespace_if_not_exists("cdc")
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "v", StringType()),
-        NestedField(3, "seq", LongType()),
-        identifier_field_ids=[1],
-    )
-    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=BucketTransform(4), name="id_bucket"))
-    catalog.create_table(f"cdc.{unique_name}", schema, partition_spec=spec, properties={"format-version": "2"})
+    create_cdc_table(TableName.parse(table))
     yield table
     drop_table("lake", table)
 
@@ -258,8 +150,8 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     where = {procedure: None for procedure in PROCEDURES}
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
-    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name)
-    stream = ChangeStream(kafka, topic)
+    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB)
+    stream = ChangeStream(kafka, topic, KEYS)
     job.start()
     producing = threading.Thread(target=stream.produce, args=(CHANGES, RATE), daemon=True)
     producing.start()
@@ -330,9 +222,9 @@ def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_a
 ):
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
-    common = {"kafka": kafka, "topic": topic, "table": cdc_table, "writer_id": unique_name}
+    common = {"kafka": kafka, "topic": topic, "table": cdc_table, "writer_id": unique_name, **JOB}
     job = CdcJob(tmp_path / "job", **common)
-    stream = ChangeStream(kafka, topic)
+    stream = ChangeStream(kafka, topic, KEYS)
     job.start()
     producing = threading.Thread(target=stream.produce, args=(CHANGES // 2, RATE), daemon=True)
     producing.start()
@@ -388,8 +280,8 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
     (then it measured nothing)."""
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
-    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name)
-    stream = ChangeStream(kafka, topic)
+    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB)
+    stream = ChangeStream(kafka, topic, KEYS)
     job.start()
     # Slower than the gated tests' load, so that Flink keeps committing through the rewrites.
     producing = threading.Thread(target=stream.produce, args=(CHANGES // 3, RATE // 2), daemon=True)
