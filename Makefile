@@ -3,7 +3,8 @@
 #             unit and integration tests (real MariaDB, PostgreSQL, Spark, Flink mini-cluster, live Airflow)
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it; then the rewrite
 #             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
-#             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after
+#             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after; then a
+#             CDC table from Kafka and Flink's upsert sink (500 equality-delete files): full scan before / after
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
 # make bench-fleet  1,000 healthy tables watched by a live Airflow's triggerer: runs, CPU against the same Airflow
 #             idle and against cron mode, and one run for each table a writer makes need work (about an hour)
@@ -28,6 +29,7 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_tasks
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cdc
 
 test: setup lint java-test
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
