@@ -273,7 +273,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             # Not retried: its commits failed behind the closed gate, so something else commits to the table, and
             # a retry in the same window would meet it again while the writers wait.
             raise AirflowFailException(
-                f"{failure} on {name} (see Spark's errors above). The file groups that did succeed were committed, "
+                f"On {name}, {failure} (see Spark's errors above). The file groups that did succeed were committed, "
                 f"the others are as they were; the next run plans them again. {results}"
             )
         context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - started, 3))

@@ -381,7 +381,7 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite_without
     line = format_result_line({"procedure": "rewrite_data_files", **result})
     op = rewrite_with_spark_submit(tmp_path, monkeypatch, f"echo '{line}'\n")
     ti = PushedXCom()
-    with pytest.raises(AirflowFailException, match=f"rewrite_data_files {sentence} on lake.demo.events") as raised:
+    with pytest.raises(AirflowFailException, match=f"On lake.demo.events, rewrite_data_files {sentence}") as raised:
         op.execute({"outlet_events": {}, "ti": ti})
     assert "file groups that did succeed were committed" in str(raised.value)
     assert ti.pushed == {"results": {"rewrite_data_files": result}, "partial_failure": f"rewrite_data_files {sentence}"}
