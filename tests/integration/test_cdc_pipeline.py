@@ -21,13 +21,14 @@ import pytest
 from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
+from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
@@ -217,11 +218,18 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     }
 
 
-def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_and_repeating_no_change(
-    kafka, cdc_table, unique_name, gate_hook, table_config, tmp_path
+def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_care_losing_and_repeating_nothing(
+    kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path
 ):
+    """Killed in a pause; while it is down, the daily full rewrite runs with table care that would expire every
+    snapshot but the current one (``retain_last: 1``, no age) and removes orphans; then it restores from its
+    last checkpoint in a second pause. The marker rule must keep the snapshot that holds its last committed
+    checkpoint, or the restored sink could commit that checkpoint's files again (apache/iceberg#6066, #5846)."""
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
+    compaction_dag(
+        cdc_table, table_care={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24}
+    )
     common = {"kafka": kafka, "topic": topic, "table": cdc_table, "writer_id": unique_name, **JOB}
     job = CdcJob(tmp_path / "job", **common)
     stream = ChangeStream(kafka, topic, KEYS)
@@ -229,13 +237,28 @@ def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_a
     producing = threading.Thread(target=stream.produce, args=(CHANGES // 2, RATE), daemon=True)
     producing.start()
     restored = None
+    dag_id = compaction_dag_id(TableName.parse(cdc_table))
     try:
         job.wait_for(lambda: job.emitted() >= KEYS // 2, "the first changes emitted", timeout=180)
-        owner = GateOwner(compaction_dag_id(TableName.parse(cdc_table)), f"manual__{unique_name}")
+        owner = GateOwner(dag_id, f"manual__{unique_name}")
         closed_at = gate_hook.close_gate(cdc_table, owner, lease_seconds=300).closed_at.timestamp()
         wait_for_acknowledgements(gate_hook, cdc_table, job)
         job.kill()  # SIGKILL in the pause: no clean shutdown, no last checkpoint
         killed_at = time.time()
+        gate_hook.open_gate(cdc_table, owner)
+
+        # While the job is down: the daily full rewrite, with manifests, expiry and orphan removal after it.
+        marked_before = flink_snapshots(cdc_table)
+        daily = load_dag(full_rewrite_dag_id(TableName.parse(cdc_table))).test()
+        assert daily.state == "success", {ti.task_id: ti.state for ti in daily.get_task_instances()}
+        after_care = load(cdc_table)
+        surviving = {snapshot.snapshot_id for snapshot in after_care.snapshots()}
+        assert marked_before[-1].snapshot_id in surviving, "expiry took the snapshot of the last checkpoint"
+        assert marked_before[0].snapshot_id not in surviving, "expiry expired nothing: it proved nothing"
+        assert TableStats.read_at(after_care).equality_delete_files == 0
+
+        reowner = GateOwner(dag_id, f"manual__{unique_name}_restore")
+        gate_hook.close_gate(cdc_table, reowner, lease_seconds=300)
         restored = CdcJob(tmp_path / "restored", **common, checkpoints=job.checkpoints,
                           restore_from=latest_checkpoint(job.checkpoints))  # fmt: skip
         restored.start()
@@ -245,7 +268,7 @@ def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_a
             "two completed checkpoints per subtask of the restored job, the gate still closed",
             timeout=120,
         )
-        opened_at = gate_hook.open_gate(cdc_table, owner)[1].opened_at.timestamp()
+        opened_at = gate_hook.open_gate(cdc_table, reowner)[1].opened_at.timestamp()
         producing.join(timeout=180)
         assert not producing.is_alive(), "the producer did not finish"
         wait_until_committed(restored, cdc_table, stream.produced, earlier=(job,))
@@ -263,8 +286,9 @@ def test_the_cdc_job_killed_during_a_pause_restores_from_its_checkpoint_losing_a
         assert e.emit_times(end=opened_at) == [], f"restored subtask {subtask} emitted while closed"
         assert e.emit_times(start=opened_at), f"restored subtask {subtask} emitted nothing after the opening"
     # No key lost, none duplicated: exactly the expected row per key.
-    print(f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause, restored, opened "
-          f"{opened_at - closed_at:.1f} s after the closing; {len(stream.expected)} keys live")  # fmt: skip
+    print(f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause; the daily run and its "
+          f"care kept {len(surviving)} snapshots; restored, opened {opened_at - closed_at:.1f} s after the first "
+          f"closing; {len(stream.expected)} keys live")  # fmt: skip
     assert read_back(table_config, cdc_table) == {
         "row_count": len(stream.expected),
         "keys": len(stream.expected),
