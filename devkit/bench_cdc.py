@@ -32,10 +32,18 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.config import load_table_list
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.spark_jobs.iceberg_call import TableName, build_call
-from devkit.bench_health import CATALOG_CONN, REPEATS, bench_settings, local_cores, time_statements, verdict
+from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from devkit.bench_health import (
+    CATALOG_CONN,
+    REPEATS,
+    bench_settings,
+    compact_through_dag,
+    local_cores,
+    same_work,
+    time_statements,
+    verdict,
+)
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
-from devkit.dag_runs import load_compaction_dag
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
 
@@ -45,8 +53,6 @@ CDC_BARE = TableName("lake", "bench", "cdc_cli")
 SCAN_GOAL = 10.0
 RATE = 2_000  # changes per second the producer sends
 PARALLELISM = 2
-#: Result-row fields both a task and a bare CALL print (the task adds its planned and uncommitted counts).
-ROW_FIELDS = ("rewritten_data_files_count", "added_data_files_count", "removed_delete_files_count")
 
 
 def write_cdc_table(table: TableName, keys: int, buckets: int, eq_delete_files: int, work: Path) -> dict[str, Any]:
@@ -108,25 +114,14 @@ def full_scan(config: Any, work: Path) -> tuple[float, dict]:
 def measure(dag_config: Any, bare_config: Any, work: Path) -> dict[str, Any]:
     """Scan the copy, compact the original through its DAG, the same CALL bare on the copy, scan again."""
     scan_before_s, scanned_before = full_scan(bare_config, work)
-    run = load_compaction_dag(dag_config.table).test()
-    plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
-    rewrite = run.get_task_instance(REWRITE_TASK_ID)
-    task_s = rewrite.xcom_pull(task_ids=REWRITE_TASK_ID, key="seconds")
-    task_row = (rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {}).get("rewrite_data_files")
-    if run.state != "success" or plan["decision"] != "compact" or task_row is None:
-        raise RuntimeError(f"the run on {dag_config.table} did not compact: {run.state}, {plan}, {task_row}")
-
-    # What the task ran: the table's options, the plan's (rewrite-all for partitions with equality deletes), and
-    # the plan's predicate.
-    options = {**dag_config.options_for("rewrite_data_files"), **plan.get("options", {}).get("rewrite_data_files", {})}
-    call = build_call("rewrite_data_files", bare_config.table, options, plan["predicates"]["rewrite_data_files"])
+    task_s, task_row, call = compact_through_dag(dag_config, bare_config.table)
     bare_wall_s, [bare] = time_statements(bare_config, [call], work / "bare-call.log")
     scan_after_s, scanned_after = full_scan(bare_config, work)
     if scanned_after != scanned_before:
         raise RuntimeError(f"the compaction changed what a scan reads: {scanned_before} -> {scanned_after}")
     after = {c.table: TableStats.read(CATALOG_CONN, c.table) for c in (dag_config, bare_config)}
-    if len({(s.data_files, s.equality_delete_files) for s in after.values()}) != 1 or any(
-        task_row[f] != bare["row"][f] for f in ROW_FIELDS
+    if len({(s.data_files, s.equality_delete_files) for s in after.values()}) != 1 or not same_work(
+        task_row, bare["row"]
     ):
         raise RuntimeError(f"the DAG and the bare CALL did different work: {after}, {task_row} vs {bare['row']}")
     return {

@@ -282,6 +282,27 @@ def full_scan(config: TableConfig, work: Path) -> tuple[float, dict]:
     return min(t["statement_seconds"] for t in timings), timings[0]["row"]
 
 
+def same_work(task_row: dict[str, Any], bare_row: dict[str, Any]) -> bool:
+    """Whether a task's result row and a bare CALL's agree: every field of the CALL's row (the task's also counts
+    the files it planned, with partial progress)."""
+    return all(task_row.get(field) == value for field, value in bare_row.items())
+
+
+def compact_through_dag(config: TableConfig, copy: TableName) -> tuple[float, dict[str, Any], str]:
+    """Run ``config.table``'s compaction DAG (``dag.test()``), which must compact; its rewrite task's seconds and
+    ``rewrite_data_files`` result row, and the ``CALL`` that does the same on ``copy``: the table's options with
+    the plan's (``rewrite-all`` where it folds equality deletes), and the plan's narrowed predicate."""
+    run = load_compaction_dag(config.table).test()
+    plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
+    rewrite = run.get_task_instance(REWRITE_TASK_ID)
+    task_s = rewrite.xcom_pull(task_ids=REWRITE_TASK_ID, key="seconds")
+    task_row = (rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {}).get("rewrite_data_files")
+    if run.state != "success" or plan["decision"] != "compact" or task_row is None:
+        raise RuntimeError(f"the run on {config.table} did not compact: {run.state}, {plan}, {task_row}")
+    options = {**config.options_for("rewrite_data_files"), **plan.get("options", {}).get("rewrite_data_files", {})}
+    return task_s, task_row, build_call("rewrite_data_files", copy, options, plan["predicates"]["rewrite_data_files"])
+
+
 def measure_rewrite(dag_config: TableConfig, bare_config: TableConfig, small_files: int, rows_per_file: int,
                     work: Path) -> dict[str, Any]:  # fmt: skip
     """Write both copies, scan the bare one, run the DAG on the other, the same CALL bare, scan again."""
@@ -299,23 +320,13 @@ def measure_rewrite(dag_config: TableConfig, bare_config: TableConfig, small_fil
     before = stats[bare_config.table]
     scan_before_s, scanned_before = full_scan(bare_config, work)
 
-    run = load_compaction_dag(dag_config.table).test()
-    plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
-    rewrite = run.get_task_instance(REWRITE_TASK_ID)
-    task_s = rewrite.xcom_pull(task_ids=REWRITE_TASK_ID, key="seconds")
-    task_row = (rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {}).get("rewrite_data_files")
-    if run.state != "success" or plan["decision"] != "compact" or task_row is None:
-        raise RuntimeError(f"the run on {dag_config.table} did not compact: {run.state}, {plan}, {task_row}")
-
-    # The same procedure, options and (the plan's narrowed) predicate, on the identical copy.
-    call = build_call("rewrite_data_files", bare_config.table, dag_config.rewrite_data_files,
-                      plan["predicates"]["rewrite_data_files"])  # fmt: skip
+    task_s, task_row, call = compact_through_dag(dag_config, bare_config.table)
     bare_wall_s, [bare] = time_statements(bare_config, [call], work / "bare-call.log")
     scan_after_s, scanned_after = full_scan(bare_config, work)
     if scanned_after != scanned_before:
         raise RuntimeError(f"the compaction changed what a scan reads: {scanned_before} -> {scanned_after}")
     after = {t: TableStats.read(CATALOG_CONN, t) for t in stats}
-    if len({(s.data_files, s.rows) for s in after.values()}) != 1 or task_row != bare["row"]:
+    if len({(s.data_files, s.rows) for s in after.values()}) != 1 or not same_work(task_row, bare["row"]):
         raise RuntimeError(f"the DAG and the bare CALL did different work: {after}, {task_row} vs {bare['row']}")
     return {
         "small_files": before.data_files,
