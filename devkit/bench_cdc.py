@@ -33,16 +33,7 @@ from airflow_iceberg.config import load_table_list
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from devkit.bench_health import (
-    CATALOG_CONN,
-    REPEATS,
-    bench_settings,
-    compact_through_dag,
-    local_cores,
-    same_work,
-    time_statements,
-    verdict,
-)
+from devkit.bench_health import CATALOG_CONN, REPEATS, TIMINGS, against_bare_call, bench_settings, local_cores, verdict
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
@@ -98,44 +89,25 @@ def register_copy(original: TableName, copy: TableName) -> None:
     catalog.register_table(copy.in_catalog, catalog.load_table(original.in_catalog).metadata_location)
 
 
-def full_scan(config: Any, work: Path) -> tuple[float, dict]:
-    """Best of 3 full scans of ``config.table`` in one Spark application (every column, deletes applied)."""
-    statement = (
-        "SELECT count(*) AS row_count, count(DISTINCT id) AS keys, "
-        f"sum(crc32(concat(CAST(id AS STRING), ':', v))) AS digest FROM {config.table}"
-    )
-    _, timings = time_statements(config, [statement] * REPEATS, work / "scans.log")
-    rows = {tuple(sorted(t["row"].items())) for t in timings}
-    if len(rows) != 1:
-        raise RuntimeError(f"the scans of {config.table} disagree: {timings}")
-    return min(t["statement_seconds"] for t in timings), timings[0]["row"]
+#: What a full scan of the CDC table reads: every live row, its keys, and a digest of each key's value.
+CDC_SCAN = "count(*) AS row_count, count(DISTINCT id) AS keys, sum(crc32(concat(CAST(id AS STRING), ':', v))) AS digest"
 
 
 def measure(dag_config: Any, bare_config: Any, work: Path) -> dict[str, Any]:
     """Scan the copy, compact the original through its DAG, the same CALL bare on the copy, scan again."""
-    scan_before_s, scanned_before = full_scan(bare_config, work)
-    task_s, task_row, call = compact_through_dag(dag_config, bare_config.table)
-    bare_wall_s, [bare] = time_statements(bare_config, [call], work / "bare-call.log")
-    scan_after_s, scanned_after = full_scan(bare_config, work)
-    if scanned_after != scanned_before:
-        raise RuntimeError(f"the compaction changed what a scan reads: {scanned_before} -> {scanned_after}")
+    measured = against_bare_call(dag_config, bare_config, CDC_SCAN, work)
+    task_row = measured["task_row"]
     after = {c.table: TableStats.read(CATALOG_CONN, c.table) for c in (dag_config, bare_config)}
-    if len({(s.data_files, s.equality_delete_files) for s in after.values()}) != 1 or not same_work(
-        task_row, bare["row"]
-    ):
-        raise RuntimeError(f"the DAG and the bare CALL did different work: {after}, {task_row} vs {bare['row']}")
+    if len({(s.data_files, s.equality_delete_files) for s in after.values()}) != 1:
+        raise RuntimeError(f"the DAG and the bare CALL left different tables: {after}")
     return {
-        "rows": scanned_before["row_count"],
+        "rows": measured["scanned"]["row_count"],
         "rewritten_files": task_row["rewritten_data_files_count"],
         "removed_delete_files": task_row["removed_delete_files_count"],
         "rewritten_bytes": task_row["rewritten_bytes_count"],
         "files_after": after[bare_config.table].data_files,
         "equality_delete_files_after": after[bare_config.table].equality_delete_files,
-        "task_s": task_s,
-        "bare_wall_s": bare_wall_s,
-        "bare_statement_s": bare["statement_seconds"],
-        "scan_before_s": scan_before_s,
-        "scan_after_s": scan_after_s,
+        **{figure: measured[figure] for figure in TIMINGS},
     }
 
 

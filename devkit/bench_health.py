@@ -273,9 +273,16 @@ def time_statements(config: TableConfig, statements: list[str], log_file: Path) 
     return wall_s, timings
 
 
-def full_scan(config: TableConfig, work: Path) -> tuple[float, dict]:
-    """Best of 3 full scans of ``config.table`` in one Spark application, and what the scan returned."""
-    statement = f"SELECT count(*) AS row_count, sum(hash(payload)) AS checksum FROM {config.table}"
+#: What a full scan of a bench table reads: every row, and a checksum of its widest column.
+PAYLOAD_SCAN = "count(*) AS row_count, sum(hash(payload)) AS checksum"
+#: The figures :func:`against_bare_call` measures, as each bench reports them.
+TIMINGS = ("task_s", "bare_wall_s", "bare_statement_s", "scan_before_s", "scan_after_s")
+
+
+def full_scan(config: TableConfig, work: Path, columns: str = PAYLOAD_SCAN) -> tuple[float, dict]:
+    """Best of 3 full scans (``SELECT <columns>``) of ``config.table`` in one Spark application, and what the scan
+    returned."""
+    statement = f"SELECT {columns} FROM {config.table}"
     _, timings = time_statements(config, [statement] * REPEATS, work / "scans.log")
     if len({json.dumps(t["row"], sort_keys=True) for t in timings}) != 1:
         raise RuntimeError(f"the scans of {config.table} disagree: {timings}")
@@ -303,6 +310,32 @@ def compact_through_dag(config: TableConfig, copy: TableName) -> tuple[float, di
     return task_s, task_row, build_call("rewrite_data_files", copy, options, plan["predicates"]["rewrite_data_files"])
 
 
+def against_bare_call(dag_config: TableConfig, bare_config: TableConfig, scan_columns: str,
+                      work: Path) -> dict[str, Any]:  # fmt: skip
+    """Scan the copy, compact the original through its DAG, the same CALL bare on the copy, scan the copy again.
+
+    Returns the :data:`TIMINGS`, the task's result row (``task_row``) and what the scans read (``scanned``); raises
+    if the scan read differently after, or the task and the CALL report different work.
+    """
+    scan_before_s, scanned = full_scan(bare_config, work, scan_columns)
+    task_s, task_row, call = compact_through_dag(dag_config, bare_config.table)
+    bare_wall_s, [bare] = time_statements(bare_config, [call], work / "bare-call.log")
+    scan_after_s, scanned_after = full_scan(bare_config, work, scan_columns)
+    if scanned_after != scanned:
+        raise RuntimeError(f"the compaction changed what a scan reads: {scanned} -> {scanned_after}")
+    if not same_work(task_row, bare["row"]):
+        raise RuntimeError(f"the DAG and the bare CALL did different work: {task_row} vs {bare['row']}")
+    return {
+        "task_s": task_s,
+        "bare_wall_s": bare_wall_s,
+        "bare_statement_s": bare["statement_seconds"],
+        "scan_before_s": scan_before_s,
+        "scan_after_s": scan_after_s,
+        "task_row": task_row,
+        "scanned": scanned,
+    }
+
+
 def measure_rewrite(dag_config: TableConfig, bare_config: TableConfig, small_files: int, rows_per_file: int,
                     work: Path) -> dict[str, Any]:  # fmt: skip
     """Write both copies, scan the bare one, run the DAG on the other, the same CALL bare, scan again."""
@@ -318,26 +351,16 @@ def measure_rewrite(dag_config: TableConfig, bare_config: TableConfig, small_fil
     if len({(s.data_files, s.rows) for s in stats.values()}) != 1 or len(set(sizes.values())) != 1:
         raise RuntimeError(f"the two copies differ: {stats} {sizes}")
     before = stats[bare_config.table]
-    scan_before_s, scanned_before = full_scan(bare_config, work)
-
-    task_s, task_row, call = compact_through_dag(dag_config, bare_config.table)
-    bare_wall_s, [bare] = time_statements(bare_config, [call], work / "bare-call.log")
-    scan_after_s, scanned_after = full_scan(bare_config, work)
-    if scanned_after != scanned_before:
-        raise RuntimeError(f"the compaction changed what a scan reads: {scanned_before} -> {scanned_after}")
+    measured = against_bare_call(dag_config, bare_config, PAYLOAD_SCAN, work)
     after = {t: TableStats.read(CATALOG_CONN, t) for t in stats}
-    if len({(s.data_files, s.rows) for s in after.values()}) != 1 or not same_work(task_row, bare["row"]):
-        raise RuntimeError(f"the DAG and the bare CALL did different work: {after}, {task_row} vs {bare['row']}")
+    if len({(s.data_files, s.rows) for s in after.values()}) != 1:
+        raise RuntimeError(f"the DAG and the bare CALL left different tables: {after}")
     return {
         "small_files": before.data_files,
         "bytes": sizes[bare_config.table],
         "files_after": after[bare_config.table].data_files,
-        "rewritten_bytes": task_row["rewritten_bytes_count"],
-        "task_s": task_s,
-        "bare_wall_s": bare_wall_s,
-        "bare_statement_s": bare["statement_seconds"],
-        "scan_before_s": scan_before_s,
-        "scan_after_s": scan_after_s,
+        "rewritten_bytes": measured["task_row"]["rewritten_bytes_count"],
+        **{figure: measured[figure] for figure in TIMINGS},
     }
 
 
