@@ -93,6 +93,8 @@ def parse_predicate(text: object, *, what: str = "where", rendered: bool = False
             f"remove the ';'{after}. The procedure takes the condition alone."
         )
     tree = statements[0]
+    if tree is None:
+        raise PredicateError(f"{what} {quoted} holds no condition: give one, such as dt >= '2026-11-20'")
     if isinstance(tree, exp.Command) and str(tree.this).upper() == "CALL":
         raise PredicateError(
             f"{what} {quoted} is a procedure CALL, not a condition: the DAG calls Iceberg's procedures itself. "
@@ -182,7 +184,8 @@ def _syntax_advice(text: str, error: Exception) -> str:
         )
     if opens != closes:
         return f"its parentheses do not balance ({opens} '(' and {closes} ')'): add the missing one"
-    column = next(iter(getattr(error, "errors", None) or []), {}).get("col")
+    first: dict[str, Any] = next(iter(getattr(error, "errors", None) or []), {})
+    column = first.get("col")
     near = f" near character {column} ({shown(text[max(column - 1, 0) :][:20])})" if column else ""
     return f"it cannot be read{near}: write one condition on the table's columns, such as dt >= '2026-11-20'"
 
@@ -235,6 +238,17 @@ def _function_call(node: exp.Expression) -> bool:
     return not (type(node) is exp.Cast and isinstance(node.this, exp.Literal) and node.this.is_string)
 
 
+def _pyiceberg_expressions() -> Any:
+    """pyiceberg's expressions, imported when a predicate is applied (the DAG files never load pyiceberg).
+
+    Typed as Any: they are pydantic models whose ``__init__`` takes ``(term, value)`` positionally, as pyiceberg
+    documents, while mypy reads their field list as the signature.
+    """
+    from pyiceberg import expressions
+
+    return expressions
+
+
 def _field(schema: Schema, name: str) -> Any:
     try:
         return schema.find_field(name, case_sensitive=False)
@@ -249,8 +263,7 @@ class _Translator:
         self.schema = schema
 
     def convert(self, node: exp.Expression) -> BooleanExpression:
-        from pyiceberg import expressions as ice
-
+        ice = _pyiceberg_expressions()
         node = node.unnest()
         if isinstance(node, exp.And):
             return ice.And(self.convert(node.this), self.convert(node.expression))
@@ -271,7 +284,7 @@ class _Translator:
             return ice.And(ice.GreaterThanOrEqual(name, low), ice.LessThanOrEqual(name, high))
         if isinstance(node, exp.Like):
             return self._starts_with(node)
-        comparisons = {
+        comparisons: dict[type[exp.Expression], tuple[Any, Any]] = {
             exp.EQ: (ice.EqualTo, ice.EqualTo),
             exp.NEQ: (ice.NotEqualTo, ice.NotEqualTo),
             exp.GT: (ice.GreaterThan, ice.LessThan),
@@ -292,8 +305,7 @@ class _Translator:
         raise _Untranslatable(f"{node.sql()!r} is not a comparison pyiceberg can evaluate")
 
     def _starts_with(self, node: exp.Like) -> BooleanExpression:
-        from pyiceberg import expressions as ice
-
+        ice = _pyiceberg_expressions()
         name, _ = self._column(node.this)
         pattern = node.expression
         text = pattern.this if isinstance(pattern, exp.Literal) and pattern.is_string else None
@@ -307,7 +319,10 @@ class _Translator:
         field = _field(self.schema, node.name)
         if field is None:
             raise _Untranslatable(f"the table has no column {node.name!r}")
-        return self.schema.find_column_name(field.field_id), field
+        name = self.schema.find_column_name(field.field_id)
+        if name is None:
+            raise _Untranslatable(f"the table has no column {node.name!r}")
+        return name, field
 
     def _value(self, node: exp.Expression, field: Any) -> Any:
         """A literal as the value pyiceberg compares ``field`` with, in the field's own type."""

@@ -258,7 +258,9 @@ def build_call(
     rendered = normalize_arguments(procedure, arguments)
     if where is not None and not isinstance(where, str):
         raise InvalidCallError(f"where must be a string predicate or None, got {shown(where)}")
-    has_where = where is not None and bool(where.strip())
+    if where is not None and not where.strip():
+        where = None  # a blank predicate is the whole table
+    has_where = where is not None
     if has_where and procedure not in WHERE_PROCEDURES:
         raise InvalidCallError(f"{procedure} takes no where predicate, got {shown(where)}")
     args = [f"table => {sql_string_literal(table.in_catalog)}"]
@@ -266,7 +268,7 @@ def build_call(
     if normalized:
         pairs = ", ".join(f"{sql_string_literal(k)}, {sql_string_literal(v)}" for k, v in normalized.items())
         args.append(f"options => map({pairs})")
-    if has_where:
+    if where is not None:
         args.append(f"where => {sql_string_literal(where)}")
     return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
 

@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark.sparkContext.cancelAllJobs()
                 # The main thread exits once its CALL fails; if it is past its Spark jobs (committing), this
                 # ends the process before the lease does.
+                assert keeper is not None  # only the keeper calls this
                 exit_soon = threading.Timer(keeper.margin / 2, os._exit, (LEASE_LOST_EXIT,))
                 exit_soon.daemon = True  # a CALL that returns first ends the job normally
                 exit_soon.start()

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pymysql
 from airflow.sdk import BaseHook
@@ -178,6 +178,14 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value is not None else None
 
 
+def _the_row(cursor: pymysql.cursors.DictCursor) -> dict[str, Any]:
+    """The one row the statement just run always returns (a row this transaction created or locked)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("the statement returned no row where one must be")
+    return row
+
+
 @dataclass(frozen=True)
 class WriterState:
     """A writer of a gated table as it last reported: when it last read the gate, and its acknowledgement."""
@@ -257,7 +265,12 @@ class GateState:
         """
         if self.closed_at is None:
             return ()
-        lease = timedelta(seconds=self.lease_seconds) if self.lease_seconds else self.lease_expires_at - self.closed_at
+        if self.lease_seconds:
+            lease = timedelta(seconds=self.lease_seconds)
+        elif self.lease_expires_at is not None:  # a row from before lease_seconds was recorded
+            lease = self.lease_expires_at - self.closed_at
+        else:
+            lease = timedelta(0)
         since = self.closed_at - max(lease, timedelta(seconds=WRITER_SEEN_WINDOW_SECONDS))
         return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since)
 
@@ -456,7 +469,7 @@ class WriteGateHook(BaseHook):
         """A cursor in one transaction, committed if the block ends normally; missing tables are named."""
         with self.get_conn() as db, db.cursor() as cursor:
             try:
-                yield cursor
+                yield cast(pymysql.cursors.DictCursor, cursor)  # get_conn's cursor class
             except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as error:
                 if error.args and error.args[0] in _SCHEMA_ERRORS:
                     raise WriteGateSchemaError(
@@ -487,8 +500,8 @@ class WriteGateHook(BaseHook):
             row = cursor.fetchone()
             if row is None:
                 cursor.execute("SELECT NOW(6) AS database_now")
-                now = _utc(cursor.fetchone()["database_now"])
-                return GateState.never_closed(name, now, writers)  # type: ignore[arg-type]
+                now: datetime = _the_row(cursor)["database_now"].replace(tzinfo=timezone.utc)  # UTC: see _utc
+                return GateState.never_closed(name, now, writers)
         return GateState.from_row(row, writers)
 
     def gate_states(self) -> dict[str, GateState]:
@@ -502,7 +515,7 @@ class WriteGateHook(BaseHook):
         """The gate row of ``name``, created if missing and locked until the transaction ends."""
         cursor.execute(_ENSURE_ROW, (name,))
         cursor.execute(_SELECT + " FOR UPDATE", (name,))
-        return GateState.from_row(cursor.fetchone())
+        return GateState.from_row(_the_row(cursor))
 
     def close_gate(
         self,
@@ -543,7 +556,7 @@ class WriteGateHook(BaseHook):
             if change.allowed and slot is not None:
                 admission = self._ask_for_slot(cursor, name, owner, slot)
                 if not admission.allowed:
-                    waiting = admission.detail
+                    waiting = f"{name} waits for a Spark slot of {slot.spark_conn_id!r}: {admission.detail}"
             if waiting is None and change.allowed:
                 params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id,
                           "lease_seconds": lease_seconds, "max_pause_seconds": max_pause_seconds,
@@ -551,14 +564,14 @@ class WriteGateHook(BaseHook):
                 cursor.execute(_CLOSE, params)
                 cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
                 cursor.execute(_SELECT, (name,))
-                after = GateState.from_row(cursor.fetchone())
+                after = GateState.from_row(_the_row(cursor))
                 lease = after.lease_expires_at
             else:
                 lease = before.lease_expires_at
             if waiting is None:  # a wait for a slot changes no gate: the queue shows it, not the audit trail
                 cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, lease, change.detail))
         if waiting is not None:
-            raise SparkSlotsBusyError(f"{name} waits for a Spark slot of {slot.spark_conn_id!r}: {waiting}")
+            raise SparkSlotsBusyError(waiting)
         if not change.allowed:
             raise WriteGateHeldError(f"cannot close the write gate of {name} for {owner}: it is {change.detail}")
         self.log.info("Write gate of %s closed by %s until %s (database time)", name, owner, after.lease_expires_at)
@@ -631,7 +644,7 @@ class WriteGateHook(BaseHook):
                 cursor.execute(_SLOT_DROP, (name, owner.dag_id, owner.run_id))  # its Spark slot, if it took one
             cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, None, change.detail))
             cursor.execute(_SELECT, (name,))
-            after = GateState.from_row(cursor.fetchone())
+            after = GateState.from_row(_the_row(cursor))
         if change.allowed:
             self.log.info("Write gate of %s opened by %s", name, owner)
         else:
@@ -694,7 +707,7 @@ class WriteGateHook(BaseHook):
             cursor.execute(update if cursor.fetchone() else _RUN_INSERT, values)
             if finished:
                 cursor.execute(_RUN_SELECT_ONE, values)
-                complete = cursor.fetchone()
+                complete = _the_row(cursor)
         if finished:  # the whole record, as written, goes to Airflow's metrics (airflow_iceberg.metrics)
             from airflow_iceberg import metrics
 

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import (  # noqa: E402
     AirflowSkipException,
 )
 
-from airflow_iceberg import spark_jobs  # noqa: E402
+import airflow_iceberg.spark_jobs as spark_jobs  # noqa: E402
 from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
@@ -156,7 +156,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         self.table = name
         self.procedures = list(procedures)
         self.options = {p: dict(o) for p, o in (options or {}).items()}
-        self.where = dict(where or {})
+        self.where: dict[str, Any] = dict(where or {})  # templates, or literal() text of a run's own
         self.arguments = {p: dict(a) for p, a in (arguments or {}).items()}
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
@@ -219,7 +219,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             calls.append({"procedure": procedure, "options": options, "where": predicate, "arguments": arguments})
         return calls
 
-    def execute(self, context: Context) -> dict[str, Any] | None:
+    def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
         name = self.table
         calls = self._calls(context)
         started = time.monotonic()
@@ -278,7 +278,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             )
         context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - started, 3))
         for outlet in self.outlets:  # the table's asset event carries what each procedure did
-            context["outlet_events"][outlet].extra = {"procedures": results}
+            context["outlet_events"][outlet].extra = {"procedures": results}  # type: ignore[dict-item]  # JSON rows
         return results or None
 
     def _stop_spark(self, reason: str) -> None:

@@ -27,6 +27,8 @@ def minimum_orphan_age(max_pause_seconds: int) -> timedelta:
 def _run_time(context: Context) -> datetime:
     """The run's logical date (or, for runs without one, the time it started), in UTC."""
     moment = context.get("logical_date") or context["dag_run"].start_date
+    if moment is None:
+        raise ValueError(f"DAG run {context['run_id']} has neither a logical date nor a start date")
     return moment.astimezone(timezone.utc)
 
 
@@ -70,7 +72,7 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
         self.retain_last = retain_last
         self.checkpoint_marker = checkpoint_marker
 
-    def execute(self, context: Context) -> dict[str, Any] | None:
+    def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
         from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
 
         metadata = IcebergHook(self.iceberg_conn_id).load_table(self.table.in_catalog).metadata
@@ -126,7 +128,7 @@ class RemoveOrphanFilesOperator(IcebergRewriteOperator):
         super().__init__(**kwargs)
         self.older_than_hours = older_than_hours
 
-    def execute(self, context: Context) -> dict[str, Any] | None:
+    def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
         cutoff = _run_time(context) - timedelta(hours=self.older_than_hours)
         self.arguments = {"remove_orphan_files": {"older_than": _timestamp(cutoff)}}
         return super().execute(context)

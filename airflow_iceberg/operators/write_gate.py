@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
@@ -20,7 +20,7 @@ from airflow_iceberg.hooks.write_gate import (
 from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
-def run_owner(context: Context) -> GateOwner:
+def run_owner(context: Mapping[str, Any]) -> GateOwner:
     """The gate owner for the DAG run that ``context`` belongs to."""
     return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
 

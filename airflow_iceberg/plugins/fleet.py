@@ -29,7 +29,7 @@ already, which is the api-server, so a task does not pay for importing it.
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 from airflow.plugins_manager import AirflowPlugin
@@ -52,7 +52,7 @@ def _base_path() -> str:
     return urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
 
 
-def _may(user: Any, method: str, dag_id: str) -> bool:
+def _may(user: Any, method: Literal["GET", "PUT"], dag_id: str) -> bool:
     """Whether ``user`` may ``method`` (GET: read, PUT: edit) the DAG ``dag_id``, as Airflow's auth manager says."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails

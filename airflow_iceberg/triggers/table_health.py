@@ -104,7 +104,7 @@ class TableHealthTrigger(BaseEventTrigger):
         rewrite_data_files_where: str | None = None,
         rewrite_position_delete_files_where: str | None = None,
         target_file_size_bytes: int | None = None,
-        **triggers: float,
+        **triggers: Any,
     ) -> None:
         super().__init__()
         self.table = str(table)
@@ -332,7 +332,8 @@ class CatalogSweep:
                                                       memory.started_at if memory else None)  # fmt: skip
         triggers = watcher.triggers
         facts, last_read = memory.facts, memory.last_read
-        snapshot_id, totals = facts.snapshot_id, {"data_files": facts.data_files, "delete_files": facts.delete_files}
+        snapshot_id = facts.snapshot_id
+        totals: dict[str, Any] = {"data_files": facts.data_files, "delete_files": facts.delete_files}
         now_ms = int(time.time() * 1000)
         if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(triggers, now_ms):
             must_read, why = screen(memory.facts, last_read, triggers)
