@@ -12,6 +12,9 @@ that held the gate, its lease, and the reason.
 ``spark_pool_slots`` (the largest value among a connection's tables), so at most that many rewrites run on one
 cluster at once. Run it where Airflow's metadata database is reachable, after changing the table list.
 
+``airflow-iceberg dags DIR`` puts the provider's DAG files into the DAG folder DIR (again after an upgrade: they
+are the provider's), and the example table list ``iceberg_tables.yaml`` beside them unless DIR already has one.
+
 ``airflow-iceberg report [--table T] [--html DIR]`` prints, for each table of the table list, its gate (and who
 holds it, the lease left, the writers' acknowledgements), its health now from Iceberg metadata, and its last
 compaction from the run records; ``--html DIR`` also writes a static page with the history as PNG charts.
@@ -45,6 +48,30 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
 def _force_open(args: argparse.Namespace, out: TextIO) -> int:
     opened = WriteGateHook(args.conn_id).force_open(args.table, args.reason)
     print(f"write gate of {args.table}: {'forced open' if opened else 'was already open'} ({args.reason})", file=out)
+    return 0
+
+
+#: What ``airflow-iceberg dags`` copies from the wheel's ``airflow_iceberg/example_dags``.
+DAG_FILES = ("iceberg_compaction.py", "iceberg_table_list_check.py")
+EXAMPLE_TABLE_LIST = "iceberg_tables.yaml"
+
+
+def _dags(args: argparse.Namespace, out: TextIO) -> int:
+    from importlib.resources import files
+
+    shipped, folder = files("airflow_iceberg.example_dags"), args.folder
+    if not folder.is_dir():
+        print(f"{folder} is not a directory: give Airflow's DAG folder ([core] dags_folder)", file=sys.stderr)
+        return 2
+    for name in DAG_FILES:
+        (folder / name).write_text(shipped.joinpath(name).read_text())
+        print(f"wrote {folder / name}", file=out)
+    table_list = folder / EXAMPLE_TABLE_LIST
+    if table_list.exists():
+        print(f"left {table_list} as it is", file=out)
+    else:
+        table_list.write_text(shipped.joinpath(EXAMPLE_TABLE_LIST).read_text())
+        print(f"wrote {table_list}: an example; list your own tables in it", file=out)
     return 0
 
 
@@ -131,6 +158,9 @@ def parser() -> argparse.ArgumentParser:
     force_open.set_defaults(run=_force_open)
     pools = commands.add_parser("pools", help="create or resize the Airflow pool of each Spark connection")
     pools.set_defaults(run=_pools)
+    dags = commands.add_parser("dags", help="put the provider's DAG files into a DAG folder")
+    dags.add_argument("folder", type=Path, help="Airflow's DAG folder ([core] dags_folder)")
+    dags.set_defaults(run=_dags)
     report = commands.add_parser("report", help="each table's gate, health now and compaction history")
     report.add_argument("--table", action="append", metavar="TABLE", help="only this table (repeat for more)")
     report.add_argument("--html", type=Path, metavar="DIR", help="also write DIR/index.html with PNG charts")

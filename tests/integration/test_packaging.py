@@ -1,9 +1,10 @@
-"""What ``pip install airflow-iceberg`` gives: the provider and the Spark jobs it submits, and nothing else.
+"""What ``pip install airflow-iceberg`` gives: the provider, the Spark jobs it submits and its DAG files, nothing else.
 
 The wheel is built from this repository with ``uv build`` as a release is (the sdist, then the wheel from it, so
 nothing left in a build folder can slip in) and installed alone into a new virtual environment.
 Run from a directory outside the repository, that environment lists the provider and runs a table's compaction
-DAG, from a DAG folder and table list of its own, with the rewrite job the wheel installed.
+DAG, from a DAG folder that ``airflow-iceberg dags`` filled from the wheel and a table list of its own, with the
+rewrite job the wheel installed.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from devkit.writers import write_small_files
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".venv" / "tools" / "bin" / "uv"
-WORKBENCH = ("devkit/", "tests/", "dags/", "demo.py", "bench.py", "live_ingest.py", "writers.py",
+WORKBENCH = ("devkit/", "tests/", "demo.py", "bench.py", "live_ingest.py", "writers.py",
              "gated_ingest.py", "small_files_writer.py", "ingest_events.py")  # fmt: skip
 
 
@@ -74,6 +75,9 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
         "airflow_iceberg/spark_jobs/run_procedure.py",
         "airflow_iceberg/spark_jobs/iceberg_call.py",
         "airflow_iceberg/spark_jobs/write_gate.py",
+        "airflow_iceberg/example_dags/iceberg_compaction.py",  # the DAG files, from dags/
+        "airflow_iceberg/example_dags/iceberg_table_list_check.py",
+        "airflow_iceberg/example_dags/iceberg_tables.yaml",
     ):
         assert path in names, f"{path} is not in the wheel"
     workbench = [name for name in names if any(part in name for part in WORKBENCH)]
@@ -102,7 +106,6 @@ def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_ow
     # A deployment of its own: DAG folder, table list and Airflow home, all outside the repository.
     dags = tmp_path / "dags"
     dags.mkdir()
-    (dags / "iceberg_compaction.py").write_text((ROOT / "dags" / "iceberg_compaction.py").read_text())
     table_list = tmp_path / "tables.yaml"
     defaults = yaml.safe_load(table_list_file.read_text())["defaults"]  # the suite's: local Spark, built jars
     table_list.write_text(yaml.safe_dump({"defaults": defaults, "tables": [{"table": str(table)}]}))
@@ -114,6 +117,10 @@ def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_ow
         "AIRFLOW_ICEBERG_CONFIG": str(table_list),
     }
     outside = {"env": env, "cwd": tmp_path}
+    run([installed / "airflow-iceberg", "dags", dags], **outside)  # the wheel's DAG files
+    assert sorted(path.name for path in dags.iterdir()) == sorted(
+        ["iceberg_compaction.py", "iceberg_table_list_check.py", "iceberg_tables.yaml"]
+    )
     site = run([installed / "python", "-c", "import airflow_iceberg, sys; print(airflow_iceberg.__file__)"], **outside)
     assert site.strip().startswith(str(installed.parent)), site
     for workbench in ("devkit", "spark_jobs"):
