@@ -40,8 +40,7 @@ java-test: setup
 lint: setup
 	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests scripts
-	@.venv/airflow/bin/mypy airflow_iceberg
-	@MYPYPATH=spark_jobs .venv/airflow/bin/mypy --explicit-package-bases -m iceberg_call -m write_gate -m run_procedure
+	@.venv/airflow/bin/mypy airflow_iceberg spark_jobs
 
 unit: setup java-test
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)

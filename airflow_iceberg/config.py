@@ -33,10 +33,11 @@ from pydantic import (
     model_validator,
 )
 
+from airflow_iceberg.core.procedures import normalize_options
+from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.health import PROCEDURES, HealthTriggers
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
-from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName, normalize_options, shown
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
 TABLE_LIST_FILE = "iceberg_tables.yaml"

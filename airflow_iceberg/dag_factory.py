@@ -23,6 +23,7 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, CronTriggerTimet
 
 from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, TableList, load_table_list, spark_pool_name
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.health import PROCEDURES as REWRITE_PROCEDURES
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
@@ -30,7 +31,6 @@ from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_par
 from airflow_iceberg.operators.table_care import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: The task that runs a gated run's rewrites, in one Spark application.

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
+from airflow_iceberg.core.procedures import sql_string_literal
+
 #: Iceberg's default ``write.target-file-size-bytes``.
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 #: The procedures a plan covers, in the order a run takes them.
@@ -540,10 +542,6 @@ def _quote(path: tuple[str, ...]) -> str:
     return ".".join("`" + name.replace("`", "``") + "`" for name in path)
 
 
-def _string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _condition(transform: str, column: tuple[str, ...], source_type: str, value: Any) -> str | None:
     """The condition selecting one partition value of one field of ``column`` (its path from the top-level
     column), or None if the transform cannot be inverted."""
@@ -552,7 +550,7 @@ def _condition(transform: str, column: tuple[str, ...], source_type: str, value:
         return f"{col} IS NULL" if transform in ("identity", "year", "month", "day", "hour") else None
     if transform == "identity":
         if source_type == "string":
-            return f"{col} = {_string(value)}"
+            return f"{col} = {sql_string_literal(value)}"
         if source_type in ("int", "long") or source_type.startswith("decimal"):
             return f"{col} = {value}"
         if source_type == "boolean":

@@ -1,6 +1,6 @@
 """A Spark job's secrets file, written by Airflow: mode 0600 in a private directory, removed when the job ends.
 
-The job reads it and deletes it (``read_job_secrets`` in ``airflow_iceberg.spark_jobs.iceberg_call``); the file's
+The job reads it and deletes it (``read_job_secrets`` in ``airflow_iceberg.core.spark_job``); the file's
 path, which is no secret, is all that appears on spark-submit's command line.
 """
 
@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE
+from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE
 
 
 def write_job_secrets(secrets: Mapping[str, Any]) -> Path:

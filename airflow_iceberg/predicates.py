@@ -25,7 +25,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
-from airflow_iceberg.spark_jobs.iceberg_call import shown
+from airflow_iceberg.core.tables import shown
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression

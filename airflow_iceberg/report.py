@@ -16,8 +16,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import GateState, WriteGateHook
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 #: Decisions of runs that closed the gate and rewrote (the others: ``skip``, and ``none`` for runs that failed
 #: before they planned).

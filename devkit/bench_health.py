@@ -40,10 +40,11 @@ import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.config import TableConfig, load_table_list
+from airflow_iceberg.core.procedures import build_call
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.health import PROCEDURES, HealthTriggers, make_plan, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.spark_jobs.iceberg_call import TableName, build_call
 from devkit.dag_runs import load_compaction_dag
 from devkit.demo import DEMO_TABLE
 from devkit.tables import TableStats, drop_table

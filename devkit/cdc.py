@@ -21,7 +21,7 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.core.tables import TableName
 from devkit.flink_jobs import FlinkJob
 from devkit.kafka_broker import KafkaBroker
 

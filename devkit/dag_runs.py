@@ -7,8 +7,8 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from airflow_iceberg.config import dags_folder
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
 def load_dag(dag_id: str, dag_folder: Path | None = None) -> DAG:

@@ -12,8 +12,8 @@ import sys
 from importlib.resources import files
 from pathlib import Path
 
+from airflow_iceberg.core import gate_protocol as write_gate
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
-from airflow_iceberg.spark_jobs import write_gate
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end: \2 -->)", re.DOTALL)

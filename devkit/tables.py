@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from pyiceberg.exceptions import NoSuchTableError
 
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.core.tables import TableName
 
 _DATA, _POSITION_DELETES, _EQUALITY_DELETES = 0, 1, 2
 

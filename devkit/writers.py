@@ -5,7 +5,7 @@
   (or, for a control experiment, ignores it).
 
 Both reach Spark, the catalog and the gate through the same Airflow connections the DAGs use, and run with the
-installed provider's Spark helpers (``iceberg_call.py``, ``write_gate.py``) beside them.
+installed provider's core beside them, as one zip (``airflow_iceberg.core.bundle.core_zip``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import psutil
 
 from airflow_iceberg.catalogs import spark_settings_for_connection
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.bundle import core_zip
+from airflow_iceberg.core.writer import GATE_PASSWORD_ENV
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.job_secrets import write_job_secrets
-from airflow_iceberg.operators.rewrite import SPARK_JOBS_DIR
-from airflow_iceberg.spark_jobs.write_gate import GATE_PASSWORD_ENV
 
 WRITER_JOBS_DIR = Path(__file__).resolve().parent / "writer_jobs"
 #: Runs given SQL statements and prints a result line for each: the bare baseline of `make bench`, and a table
@@ -69,11 +69,7 @@ def spark_job_hook(
             "--gate-database", gate["database"],
         ]  # fmt: skip
         env[GATE_PASSWORD_ENV] = gate["password"]
-    helpers = [
-        SPARK_JOBS_DIR / "iceberg_call.py",
-        SPARK_JOBS_DIR / "write_gate.py",
-        WRITER_JOBS_DIR / "ingest_events.py",
-    ]
+    helpers = [core_zip(), WRITER_JOBS_DIR / "ingest_events.py"]
     sinks = [on_line] if on_line is not None else []
     if log_file is not None:
         sinks.append(_appender(log_file))
@@ -129,7 +125,7 @@ def write_small_files(config: TableConfig, *writer_args: str, log_file: Path | N
 def run_statements(config: TableConfig, statements: list[str], *, log_file: Path | None = None) -> list[dict]:
     """Run Spark SQL ``statements`` in one Spark application on ``config``'s catalog, ungated, as a user would
     type them into ``spark-sql``; return each statement's first result row ({} for none)."""
-    from airflow_iceberg.spark_jobs.iceberg_call import parse_result_line
+    from airflow_iceberg.core.spark_job import parse_result_line
 
     rows: list[dict] = []
 

@@ -36,17 +36,12 @@ import os
 import sys
 import threading
 
-from iceberg_call import (
-    LEASE_LOST_MARKER,
-    TableName,
-    apply_job_secrets,
-    build_call,
-    die_with_parent,
-    format_result_line,
-    normalize_options,
-    read_job_secrets,
-)
-from write_gate import GateLease, LeaseKeeper, LeaseLostError, holder_connection
+from airflow_iceberg.core.gate_protocol import holder_connection
+from airflow_iceberg.core.lease import GateLease, LeaseKeeper, LeaseLostError
+from airflow_iceberg.core.procedures import build_call, normalize_options
+from airflow_iceberg.core.processes import die_with_parent
+from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, apply_job_secrets, format_result_line, read_job_secrets
+from airflow_iceberg.core.tables import TableName
 
 #: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).
 LEASE_LOST_EXIT = 3

@@ -3,30 +3,15 @@ dying with the Airflow task that started it."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import signal
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_iceberg.spark_jobs.iceberg_call import LEASE_LOST_MARKER, parse_result_line
-
-# Loaded before any fork: the function that runs in the child between fork and exec may not import anything.
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int) -> None:
-    """In spark-submit's process, before it runs: be killed when ``parent`` (the Airflow task) dies."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the task died before the signal was armed
-        os._exit(1)
-
+from airflow_iceberg.core.processes import die_with_parent
+from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, parse_result_line
 
 #: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
 #: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
@@ -90,7 +75,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         return adopted
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        kwargs.setdefault("preexec_fn", functools.partial(_die_with_parent, os.getpid()))
+        kwargs.setdefault("preexec_fn", functools.partial(die_with_parent, os.getpid()))
         return super().submit(application, **kwargs)
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:

@@ -20,18 +20,18 @@ from typing import Any, cast
 import pymysql
 from airflow.sdk import BaseHook
 
-from airflow_iceberg.hooks import write_gate_schema
-from airflow_iceberg.hooks.write_gate_schema import WriteGateSchemaError
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from airflow_iceberg.spark_jobs.write_gate import (
+from airflow_iceberg.core.gate_protocol import (
     AUDIT_TABLE,
     GATE_TABLE,
     HOLDER_RENEW_SQL,
     WRITER_SEEN_WINDOW_SECONDS,
     WRITER_TABLE,
-    GateLease,
     holder_connection,
 )
+from airflow_iceberg.core.lease import GateLease
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.hooks import write_gate_schema
+from airflow_iceberg.hooks.write_gate_schema import WriteGateSchemaError
 
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
@@ -696,7 +696,7 @@ class WriteGateHook(BaseHook):
         if unknown:
             raise ValueError(f"unknown run record columns {sorted(unknown)}")
         values = {column: record.get(column) for column in RUN_COLUMNS}
-        values["table_name"] = str(TableName.of(values["table_name"]))
+        values["table_name"] = str(TableName.of(record["table_name"]))  # required
         values["finished"] = finished
         given = [c for c in RUN_COLUMNS if values[c] is not None and c not in ("dag_id", "run_id")]
         update = f"""UPDATE {RUN_TABLE} SET {", ".join(f"{c} = %({c})s" for c in given)},

@@ -14,7 +14,7 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-from airflow_iceberg.spark_jobs.write_gate import GATE_TABLE
+from airflow_iceberg.core.gate_protocol import GATE_TABLE
 
 SCHEMA_FILE = "write_gate.sql"
 SCHEMA_TABLE = "iceberg_write_gate_schema"

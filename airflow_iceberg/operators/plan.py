@@ -19,11 +19,11 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.health import HealthTriggers, plan_table, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 #: Decisions that run no rewrite, and the outcome their record gets.
 _ENDS_HERE = {"skip": "skipped"}

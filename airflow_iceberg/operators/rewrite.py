@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -21,27 +22,21 @@ from airflow.sdk.exceptions import (  # noqa: E402
     AirflowSkipException,
 )
 
-import airflow_iceberg.spark_jobs as spark_jobs  # noqa: E402
 from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
+from airflow_iceberg.core.bundle import core_zip  # noqa: E402
+from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
+from airflow_iceberg.core.procedures import build_call, normalize_arguments, normalize_options  # noqa: E402
+from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE  # noqa: E402
+from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
 from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params  # noqa: E402
 from airflow_iceberg.operators.write_gate import run_owner  # noqa: E402
-from airflow_iceberg.spark_jobs.iceberg_call import (  # noqa: E402
-    JOB_SECRETS_FILE,
-    TableName,
-    build_call,
-    normalize_arguments,
-    normalize_options,
-)
-from airflow_iceberg.spark_jobs.write_gate import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
-SPARK_JOBS_DIR = Path(spark_jobs.__file__).resolve().parent
+SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()
 RUN_PROCEDURE_JOB = SPARK_JOBS_DIR / "run_procedure.py"
-#: The modules the job imports, shipped beside it with ``--py-files``.
-SPARK_JOB_HELPERS = ("iceberg_call.py", "write_gate.py")
 
 
 def table_asset(table: TableName) -> Asset:
@@ -150,7 +145,6 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             normalize_options(procedure, (options or {}).get(procedure))
             normalize_arguments(procedure, (arguments or {}).get(procedure))
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
-        kwargs.setdefault("py_files", ",".join(str(SPARK_JOBS_DIR / helper) for helper in SPARK_JOB_HELPERS))
         kwargs.setdefault("name", f"iceberg-{','.join(procedures)}-{name}")
         super().__init__(**kwargs)
         self.table = name
@@ -235,6 +229,8 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                 held = gate.renew_lease(name, owner)
             except WriteGateNotHeldError as error:
                 raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
+            if held.lease_seconds is None:  # a gate this run holds has a lease
+                raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
             secrets["gate"] = {**gate.holder_settings(name, owner), "lease_seconds": held.lease_seconds}
             # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
             keeper = LeaseKeeper.for_lease(gate.lease(name, owner), held.lease_seconds, self._stop_spark,
@@ -339,5 +335,10 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         return mode == "cluster"
 
     def _get_hook(self) -> SparkSubmitHook:
+        # The core the job imports, as one zip beside any py_files of the user's: built when the task runs, since a
+        # constructor does no I/O.
+        core = str(core_zip())
+        if core not in (self.py_files or "").split(","):
+            self.py_files = ",".join(filter(None, (core, self.py_files)))
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook

@@ -20,13 +20,9 @@ import pendulum
 from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg.core.procedures import normalize_arguments, normalize_options
+from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.health import PROCEDURES
-from airflow_iceberg.spark_jobs.iceberg_call import (
-    InvalidCallError,
-    TableName,
-    normalize_arguments,
-    normalize_options,
-)
 
 # Param name -> the rewrite option it sets, in both rewrite procedures.
 _OPTION_PARAMS = {

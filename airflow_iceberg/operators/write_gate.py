@@ -9,6 +9,7 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import (
     GateOwner,
     SlotRequest,
@@ -17,7 +18,6 @@ from airflow_iceberg.hooks.write_gate import (
     WriteGateHook,
     check_lease_seconds,
 )
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
 def run_owner(context: Mapping[str, Any]) -> GateOwner:

@@ -11,9 +11,9 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf, timezone
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
 from airflow_iceberg.operators.write_gate import run_owner
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook, WriteGateNotHeldError
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg import metrics
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.health import HealthTriggers, ManifestRead, SnapshotFacts, plan_table, screen
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 #: The first element of every health watch's shared-stream key.
 HEALTH_STREAM = "airflow-iceberg-table-health"

@@ -18,8 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from iceberg_call import TableName, apply_job_secrets, read_job_secrets
-from write_gate import add_gate_arguments, client_from_arguments
+from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
 MAX_COMMIT_ATTEMPTS = 5
 

@@ -33,9 +33,11 @@ import threading
 import time
 from pathlib import Path
 
-from iceberg_call import TableName, apply_job_secrets, create_streaming_table_statements, read_job_secrets
 from ingest_events import DELETE_AT, DELETE_EVERY
-from write_gate import add_gate_arguments, client_from_arguments
+
+from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
+from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
 MAX_COMMIT_ATTEMPTS = 5
 STOP_MARKER = "gated-ingest: stop requested"

@@ -17,8 +17,9 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-from iceberg_call import TableName, apply_job_secrets, create_streaming_table_statements, read_job_secrets
-from write_gate import add_gate_arguments, client_from_arguments
+from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
+from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

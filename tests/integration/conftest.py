@@ -194,7 +194,7 @@ def compaction_dag(table_list_file: Path):
     ``dag.test()`` re-parses the DAG folder, so the DAG it runs is the one ``dags/iceberg_compaction.py``
     builds from the table list, exactly as in a deployment.
     """
-    from airflow_iceberg.spark_jobs.iceberg_call import TableName
+    from airflow_iceberg.core.tables import TableName
     from devkit.dag_runs import load_compaction_dag
 
     def add(table: TableName | str, **settings: Any):
@@ -230,8 +230,8 @@ def gate_hook():
 @pytest.fixture
 def gate_writer():
     """A writer's gate client for a table, connected as the writer user (``write_gate_writer``)."""
+    from airflow_iceberg.core.writer import WriteGateClient
     from airflow_iceberg.hooks.write_gate import WriteGateHook
-    from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
 
     clients = []
 

@@ -24,8 +24,8 @@ def asset_events(table: str) -> list[dict]:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
+    from airflow_iceberg.core.tables import TableName
     from airflow_iceberg.operators.rewrite import table_asset
-    from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
     with create_session() as session:
         query = (

@@ -16,10 +16,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import RUN_TABLE, GateOwner, WriteGateHook
 from airflow_iceberg.plugins.fleet import UI_ROUTE
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from tests.integration.conftest import BUILD, DB_SUFFIX, login, suite_defaults
 
 FLEET = 1000

@@ -11,8 +11,8 @@ from datetime import date, datetime, timedelta, timezone
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import full_rewrite_dag_id
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.writers import write_small_files
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from devkit.tables import TableStats
 from devkit.writers import write_small_files
 
@@ -73,8 +73,8 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
         "airflow_iceberg/hooks/write_gate.sql",
         "airflow_iceberg/plugins/static/iceberg-tables.js",  # the UI page's front end, built by npm at set-up
         "airflow_iceberg/spark_jobs/run_procedure.py",
-        "airflow_iceberg/spark_jobs/iceberg_call.py",
-        "airflow_iceberg/spark_jobs/write_gate.py",
+        "airflow_iceberg/core/procedures.py",  # the core the job imports, shipped to Spark as a zip of these
+        "airflow_iceberg/core/writer.py",
         "airflow_iceberg/example_dags/iceberg_compaction.py",  # the DAG files, from dags/
         "airflow_iceberg/example_dags/iceberg_table_list_check.py",
         "airflow_iceberg/example_dags/iceberg_tables.yaml",

@@ -26,7 +26,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.core.tables import TableName
 
 PARTITIONS = [f"2026-11-{day:02d}" for day in range(1, 13)]
 APPENDS = 4  # files per partition

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from airflow_iceberg.config import IcebergConfigError, TableConfig, config_path, load_table_list
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.core.tables import TableName
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,11 +1,11 @@
-"""The gated Flink source runs the writer statements of ``spark_jobs/write_gate.py``, word for word."""
+"""The gated Flink source runs the writer statements of ``airflow_iceberg/core/gate_protocol.py``, word for word."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from airflow_iceberg.spark_jobs import write_gate
+from airflow_iceberg.core import gate_protocol
 
 JAVA = Path(__file__).resolve().parents[2] / "flink/src/main/java/airflowiceberg/flink/WriteGate.java"
 _CONSTANT = re.compile(r"static final String (\w+_SQL)\s*=\s*(.*?);\n", re.DOTALL)
@@ -26,7 +26,9 @@ def java_string_constants(source: str) -> dict[str, str]:
 
 def python_statements() -> dict[str, str]:
     """Every writer statement of the Python client, by name."""
-    return {name: sql for name, sql in vars(write_gate).items() if name.startswith("WRITER_") and name.endswith("_SQL")}
+    return {
+        name: sql for name, sql in vars(gate_protocol).items() if name.startswith("WRITER_") and name.endswith("_SQL")
+    }
 
 
 def test_the_java_writer_runs_every_python_writer_statement_with_jdbc_placeholders():

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pymysql
 import pytest
 
+from airflow_iceberg.core.gate_protocol import WriteGateAccessError
+from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
-from airflow_iceberg.spark_jobs.write_gate import WriteGateAccessError, WriteGateClient
 from tests.integration.conftest import GATE_DB, GATE_USERS
 
 RUN = GateOwner("iceberg_compact__lake__grants__t", "manual__1")

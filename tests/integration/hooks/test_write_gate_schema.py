@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from airflow_iceberg.hooks.write_gate_schema import WriteGateSchemaError, gate_schema
-from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
 
 #: The tables as the first release (commit 8115a02) created them: no acknowledgement, no version table.
 FIRST_RELEASE_DDL = (

@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, WriteGateNotHeldError
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
-from airflow_iceberg.spark_jobs.write_gate import WriteGateClient
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 OWNER = GateOwner("sensor_test", "manual__1")

@@ -17,8 +17,8 @@ import psutil
 import pytest
 from airflow.exceptions import AirflowException
 
+from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, format_result_line
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg.spark_jobs.iceberg_call import LEASE_LOST_MARKER, format_result_line
 
 
 @pytest.fixture

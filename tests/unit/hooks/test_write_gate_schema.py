@@ -9,12 +9,12 @@ import re
 
 import pytest
 
+from airflow_iceberg.core import gate_protocol
+from airflow_iceberg.core.gate_protocol import AUDIT_TABLE, GATE_TABLE, WRITER_TABLE
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_TABLE, gate_schema, parse_schema
-from airflow_iceberg.spark_jobs import write_gate
-from airflow_iceberg.spark_jobs.write_gate import AUDIT_TABLE, GATE_TABLE, WRITER_TABLE
 
 #: Every statement a writer runs, and every statement the lease's holder runs from Spark.
-PROTOCOL_STATEMENTS = {name: value for name, value in vars(write_gate).items() if name.endswith("_SQL")}
+PROTOCOL_STATEMENTS = {name: value for name, value in vars(gate_protocol).items() if name.endswith("_SQL")}
 
 
 def created_tables(statements) -> set[str]:

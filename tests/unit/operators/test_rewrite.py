@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.bundle import core_zip
+from airflow_iceberg.core.lease import Lease, LeaseLostError
+from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, format_result_line
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import build_compaction_dag
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
-from airflow_iceberg.spark_jobs.iceberg_call import JOB_SECRETS_FILE, TableName, format_result_line
-from airflow_iceberg.spark_jobs.write_gate import Lease, LeaseLostError
 
 
-def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_module():
+def test_rewrite_operator_submits_the_installed_procedure_job():
     op = IcebergRewriteOperator(
         task_id="rewrite_files",
         table="lake.demo.events",
@@ -32,7 +34,7 @@ def test_rewrite_operator_submits_the_installed_procedure_job_with_its_helper_mo
 
     assert SPARK_JOBS_DIR.samefile(airflow_iceberg.spark_jobs.__path__[0])
     assert op.application == str(RUN_PROCEDURE_JOB) and RUN_PROCEDURE_JOB.is_file()
-    assert op.py_files == f"{SPARK_JOBS_DIR / 'iceberg_call.py'},{SPARK_JOBS_DIR / 'write_gate.py'}"
+    assert op.py_files is None  # the core's zip is built when the task runs: a constructor does no I/O
     assert op.name == "iceberg-rewrite_data_files,rewrite_position_delete_files-lake.demo.events"
     assert op.table == TableName("lake", "demo", "events")
     assert op.iceberg_conn_id == "lake"  # the catalog's name by default
@@ -441,3 +443,12 @@ def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_f
     assert options(full, "rewrite_data_files")["remove-dangling-deletes"] is True
     assert options(full, "rewrite_data_files")["rewrite-all"] is True
     assert "remove-dangling-deletes" not in options(full, "rewrite_position_delete_files")  # not an option of it
+
+
+def test_the_job_gets_the_core_zip_beside_the_users_own_py_files_once():
+    op = IcebergRewriteOperator(
+        task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"], py_files="/jobs/extra.py"
+    )
+    op._get_hook()
+    op._get_hook()  # a second hook (on_kill) adds nothing
+    assert op.py_files == f"{core_zip()},/jobs/extra.py"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from airflow.sdk import TriggerRule
 
+from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
-from airflow_iceberg.spark_jobs.iceberg_call import InvalidCallError, TableName
 
 CLOSE = {
     "table": "lake.demo.events",

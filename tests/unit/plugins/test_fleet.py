@@ -10,9 +10,9 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import GateOwner, GateState
 from airflow_iceberg.report import Health, TableSummary
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 
 LOAD = """
 import json, sys

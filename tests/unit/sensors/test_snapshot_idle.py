@@ -9,9 +9,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateNotHeldError
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck
 
 

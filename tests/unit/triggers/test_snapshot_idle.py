@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateNotHeldError, WriterState
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
 from airflow_iceberg.triggers import snapshot_idle
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
 

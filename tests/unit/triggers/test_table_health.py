@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_iceberg.spark_jobs.iceberg_call import TableName
+from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.triggers.table_health import (
     HEALTH_STREAM,
     TableHealthTrigger,

@@ -18,7 +18,7 @@ import java.util.Set;
 /**
  * One writer's statements of the write-gate protocol, over JDBC (docs/write-gate-protocol.md).
  *
- * <p>The statements are those of {@code spark_jobs/write_gate.py}, with {@code ?} for pymysql's {@code %s};
+ * <p>The statements are those of {@code airflow_iceberg/core/gate_protocol.py}, with {@code ?} for pymysql's {@code %s};
  * {@code tests/unit/test_flink_statements.py} holds the two together. The connection runs in autocommit, so the
  * registration is committed before the look. Not thread-safe: a reader's gate thread is its only user.
  */

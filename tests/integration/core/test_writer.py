@@ -1,6 +1,6 @@
 """The writer's gate client against the machine's real MySQL, as a writer connects to it.
 
-Its rule and outage logic on a fake clock and connection are in ``tests/unit/spark_jobs/test_write_gate.py``.
+Its rule and outage logic on a fake clock and connection are in ``tests/unit/core/test_writer.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 import pymysql
 
+from airflow_iceberg.core.writer import WriteGateClient, check_gate
 from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
-from airflow_iceberg.spark_jobs.write_gate import WriteGateClient, check_gate
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")

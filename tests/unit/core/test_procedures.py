@@ -1,4 +1,4 @@
-"""Building Iceberg CALL statements: every part checked, quoted or passed as an escaped literal."""
+"""CALL statements are built exactly, and bad procedures, options and arguments are refused by name."""
 
 from __future__ import annotations
 
@@ -6,35 +6,10 @@ import re
 
 import pytest
 
-from airflow_iceberg.spark_jobs.iceberg_call import (
-    InvalidCallError,
-    TableName,
-    build_call,
-    create_streaming_table_statements,
-    format_result_line,
-    normalize_options,
-    parse_result_line,
-    sql_string_literal,
-)
+from airflow_iceberg.core.procedures import build_call, normalize_options, sql_string_literal
+from airflow_iceberg.core.tables import InvalidCallError, TableName
 
 EVENTS = TableName("lake", "demo", "events")
-
-
-def test_table_name_parses_three_identifiers():
-    assert TableName.parse("lake.demo.events") == EVENTS
-    assert EVENTS.in_catalog == "demo.events"
-    assert str(EVENTS) == "lake.demo.events"
-
-
-@pytest.mark.parametrize(
-    "bad",
-    ["demo.events", "a.b.c.d", "lake.demo.ev-ents", "lake.demo.1events", "lake..events", "lake.demo.`x`",
-     "lake.demo.events; DROP TABLE x", "", None, 42],
-)  # fmt: skip
-def test_table_name_rejects_anything_but_three_plain_identifiers_and_names_the_value(bad):
-    with pytest.raises(InvalidCallError) as error:
-        TableName.parse(bad)
-    assert repr(bad) in str(error.value)
 
 
 def test_call_with_options_and_where_is_built_exactly():
@@ -112,19 +87,6 @@ def test_option_values_are_normalised_to_the_strings_spark_takes():
     ) == {"rewrite-all": "true", "max-concurrent-file-group-rewrites": "200", "delete-ratio-threshold": "0.3"}
 
 
-def test_result_line_round_trips_and_other_lines_are_ignored():
-    line = format_result_line({"rewritten_data_files_count": 210, "added_data_files_count": 3})
-    assert parse_result_line(line) == {"rewritten_data_files_count": 210, "added_data_files_count": 3}
-    assert parse_result_line("26/11/22 INFO SparkContext: Running Spark version 3.5.9") is None
-
-
-def test_result_line_survives_spark_progress_output_on_the_same_line():
-    line = format_result_line({"rewritten_data_files_count": 24}) + "[Stage 12:=====>          (3 + 2) / 8]"
-    assert parse_result_line(line) == {"rewritten_data_files_count": 24}
-    assert parse_result_line("[Stage 3:>  (0 + 2) / 2]\r" + format_result_line({"a": 1})) == {"a": 1}
-    assert parse_result_line("AIRFLOW_ICEBERG_RESULT {not json") is None
-
-
 def test_table_care_procedures_take_their_typed_arguments():
     assert build_call(
         "expire_snapshots", EVENTS, arguments={"older_than": "2026-11-20 00:00:00", "retain_last": 5}
@@ -166,20 +128,3 @@ def test_bad_procedure_arguments_are_refused_by_name(procedure, arguments, messa
 def test_only_rewrites_take_a_where_predicate():
     with pytest.raises(InvalidCallError, match="expire_snapshots takes no where predicate"):
         build_call("expire_snapshots", EVENTS, where="ts > '2026-01-01'")
-
-
-def test_streaming_table_is_created_v2_merge_on_read_in_its_namespace():
-    namespace, table = create_streaming_table_statements(EVENTS, "id BIGINT, ts TIMESTAMP", "days(ts)")
-    assert namespace == "CREATE NAMESPACE IF NOT EXISTS `lake`.`demo`"
-    assert table.startswith(
-        "CREATE TABLE IF NOT EXISTS `lake`.`demo`.`events` (id BIGINT, ts TIMESTAMP) USING iceberg "
-        "PARTITIONED BY (days(ts)) TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read'"
-    )
-    assert "'write.distribution-mode' = 'none'" in table
-
-
-def test_a_streaming_table_of_format_v3_gets_deletion_vectors_and_no_other_format_is_taken():
-    _, table = create_streaming_table_statements(EVENTS, "id BIGINT", "bucket(4, id)", format_version=3)
-    assert "'format-version' = '3', 'write.delete.mode' = 'merge-on-read'" in table
-    with pytest.raises(InvalidCallError, match="format_version must be 2 or 3, got 1"):
-        create_streaming_table_statements(EVENTS, "id BIGINT", "bucket(4, id)", format_version=1)

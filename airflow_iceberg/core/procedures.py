@@ -1,7 +1,7 @@
-"""Validate table names and procedure options, and build Iceberg's Spark ``CALL`` statements safely.
+"""Validate procedure options and build Iceberg's Spark ``CALL`` statements safely.
 
 Pure Python on purpose: the Spark job builds its ``CALL`` with it, and Airflow validates the same input with it
-at DAG-parse time, before any gate is closed. Nothing here imports Airflow or PySpark.
+at DAG-parse time, before any gate is closed.
 
 Spark SQL cannot take the arguments of a ``CALL`` as bind parameters, so every piece is either checked against
 a strict pattern (catalog, namespace, table), taken from a known list (procedure, option names), or passed as
@@ -10,32 +10,25 @@ an escaped string literal (option values, the ``where`` predicate).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-#: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
-RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
-#: The line prefix the Spark job prints behind the reason it stopped: its run no longer holds the write gate.
-LEASE_LOST_MARKER = "AIRFLOW_ICEBERG_LEASE_LOST "
-
-#: The name of a job's secrets file: a JSON object, mode 0600, that the job reads and then deletes. It carries
-#: secret Spark settings (a JDBC password, REST credentials, tokens and headers, S3 keys) under ``spark_conf``,
-#: JVM system properties (AWS keys) under ``system_properties``, and the write gate's connection under ``gate``,
-#: so none of them is ever on a command line, in a driver's spec, in rendered templates or in logs. In local and
-#: client deploy modes the job gets the file's path; in cluster modes spark-submit ships it with ``--files``.
-JOB_SECRETS_FILE = "airflow-iceberg-job-secrets.json"
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 
 _BOOL = "boolean"
+
+
 _POSITIVE_INT = "positive integer"
+
+
 _NON_NEGATIVE_INT = "non-negative integer"
+
+
 _RATIO = "number between 0 and 1"
+
+
 _JOB_ORDERS = ("none", "bytes-asc", "bytes-desc", "files-asc", "files-desc")
+
 
 # Options each procedure accepts, with the kind of value each takes (Iceberg 1.10 Spark procedures).
 _COMMON_REWRITE_OPTIONS: dict[str, object] = {
@@ -50,6 +43,8 @@ _COMMON_REWRITE_OPTIONS: dict[str, object] = {
     "rewrite-all": _BOOL,
     "max-file-group-size-bytes": _POSITIVE_INT,
 }
+
+
 PROCEDURE_OPTIONS: dict[str, dict[str, object]] = {
     "rewrite_data_files": {
         **_COMMON_REWRITE_OPTIONS,
@@ -65,17 +60,30 @@ PROCEDURE_OPTIONS: dict[str, dict[str, object]] = {
     "expire_snapshots": {},
     "remove_orphan_files": {},
 }
+
+
 #: Procedures that take a ``where`` predicate.
 WHERE_PROCEDURES = frozenset({"rewrite_data_files", "rewrite_position_delete_files"})
 
+
 _TIMESTAMP = "UTC timestamp 'YYYY-MM-DD HH:MM:SS[.ffffff]'"
+
+
 _SORT_ORDER = "sort order such as 'id DESC NULLS LAST, ts' or 'zorder(a, b)'"
+
+
 _TIMESTAMP_PATTERN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+
+
 _SORT_TERM = r"[A-Za-z_][A-Za-z0-9_]*(\s+(ASC|DESC))?(\s+NULLS\s+(FIRST|LAST))?"
+
+
 _SORT_ORDER_PATTERN = re.compile(
     rf"\s*(zorder\(\s*[A-Za-z_]\w*(\s*,\s*[A-Za-z_]\w*)*\s*\)|{_SORT_TERM}(\s*,\s*{_SORT_TERM})*)\s*",
     re.IGNORECASE,
 )
+
+
 #: Named arguments, besides table, options and where, that each procedure takes, with their kinds.
 PROCEDURE_ARGUMENTS: dict[str, dict[str, object]] = {
     "rewrite_data_files": {"strategy": ("binpack", "sort"), "sort_order": _SORT_ORDER},
@@ -84,59 +92,6 @@ PROCEDURE_ARGUMENTS: dict[str, dict[str, object]] = {
     "expire_snapshots": {"older_than": _TIMESTAMP, "retain_last": _POSITIVE_INT},
     "remove_orphan_files": {"older_than": _TIMESTAMP, "dry_run": _BOOL},
 }
-
-
-#: Characters of a bad value an error message quotes; a longer one is cut, with its length said.
-SHOWN_CHARACTERS = 120
-
-
-def shown(value: object, limit: int = SHOWN_CHARACTERS, quoted: bool = True) -> str:
-    """``repr(value)`` (``str`` unless ``quoted``) for an error message, cut to about ``limit`` characters: a
-    10,000-character table name must not make a 20,000-character error."""
-    text = repr(value) if quoted else str(value)
-    if len(text) <= limit:
-        return text
-    length = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as written"
-    return f"{text[:limit]}... ({length})"
-
-
-class InvalidCallError(ValueError):
-    """A table name, procedure or option that must not reach Spark; the message names the bad value."""
-
-
-@dataclass(frozen=True)
-class TableName:
-    """A fully qualified Iceberg table name, ``catalog.namespace.table``, each part a plain identifier."""
-
-    catalog: str
-    namespace: str
-    table: str
-
-    @classmethod
-    def parse(cls, text: object) -> TableName:
-        """Parse ``catalog.namespace.table``; raise :class:`InvalidCallError` naming the value otherwise."""
-        if not isinstance(text, str):
-            raise InvalidCallError(f"table must be a string 'catalog.namespace.table', got {shown(text)}")
-        parts = text.split(".")
-        if len(parts) != 3 or not all(_IDENTIFIER.fullmatch(p) for p in parts):
-            raise InvalidCallError(
-                f"table {shown(text)} is not 'catalog.namespace.table' with each part made of letters, digits "
-                "and underscores (not starting with a digit)"
-            )
-        return cls(*parts)
-
-    @classmethod
-    def of(cls, value: TableName | str) -> TableName:
-        """``value`` itself if it is a TableName already, else :meth:`parse` of it."""
-        return value if isinstance(value, TableName) else cls.parse(value)
-
-    @property
-    def in_catalog(self) -> str:
-        """The name inside its catalog, ``namespace.table``, as Iceberg procedures and pyiceberg take it."""
-        return f"{self.namespace}.{self.table}"
-
-    def __str__(self) -> str:
-        return f"{self.catalog}.{self.namespace}.{self.table}"
 
 
 def sql_string_literal(value: str) -> str:
@@ -271,114 +226,3 @@ def build_call(
     if where is not None:
         args.append(f"where => {sql_string_literal(where)}")
     return f"CALL `{table.catalog}`.system.{procedure}({', '.join(args)})"
-
-
-#: Table properties of a table written the way a streaming writer writes: format v2, merge-on-read upserts and
-#: deletes (so position-delete files appear), and one file per task per partition with no shuffle.
-STREAMING_TABLE_PROPERTIES = {
-    "format-version": "2",
-    "write.delete.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.merge.mode": "merge-on-read",
-    "write.distribution-mode": "none",
-    "write.spark.fanout.enabled": "true",
-}
-
-
-def create_streaming_table_statements(
-    table: TableName, columns: str, partitioned_by: str, format_version: int = 2
-) -> list[str]:
-    """``CREATE NAMESPACE`` and ``CREATE TABLE ... IF NOT EXISTS`` for a streaming-written table.
-
-    ``columns`` and ``partitioned_by`` are fixed Spark SQL written by the calling job, never user input. Format 3
-    makes Spark's merge-on-read writes deletion vectors instead of position-delete files.
-    """
-    if format_version not in (2, 3):
-        raise InvalidCallError(f"format_version must be 2 or 3, got {shown(format_version)}")
-    settings = {**STREAMING_TABLE_PROPERTIES, "format-version": str(format_version)}
-    properties = ", ".join(f"'{k}' = '{v}'" for k, v in settings.items())
-    return [
-        f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`",
-        f"CREATE TABLE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`.`{table.table}` ({columns}) "
-        f"USING iceberg PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({properties})",
-    ]
-
-
-def read_job_secrets(location: str | None) -> dict[str, Any]:
-    """The job's secrets, from ``location``, and the file deleted once read; ``{}`` without a location.
-
-    ``location`` is a local path (local and client deploy modes), or the name of a file spark-submit shipped
-    with ``--files`` (cluster modes), found in the working directory or through ``SparkFiles`` (so call this
-    once the Spark session exists).
-    """
-    if not location:
-        return {}
-    path = Path(location)
-    if not path.is_file():
-        from pyspark import SparkFiles
-
-        path = Path(SparkFiles.get(path.name))
-    secrets = json.loads(path.read_text())
-    try:
-        path.unlink()
-    except OSError:  # a read-only copy (a cluster's staging area): the cluster removes it with the application
-        pass
-    return secrets
-
-
-def apply_job_secrets(spark: Any, secrets: Mapping[str, Any]) -> None:
-    """Set the secret Spark settings on ``spark``'s session and the system properties in its driver's JVM.
-
-    Catalogs are created when first used, so a catalog's secret settings take effect if set before that.
-    """
-    for key, value in secrets.get("spark_conf", {}).items():
-        spark.conf.set(key, value)
-    system = spark.sparkContext._jvm.java.lang.System
-    for key, value in secrets.get("system_properties", {}).items():
-        system.setProperty(key, value)
-
-
-def format_result_line(result: Mapping[str, object]) -> str:
-    """The line the Spark job prints for its result row."""
-    return RESULT_MARKER + json.dumps(dict(result), sort_keys=True, default=str)
-
-
-def parse_result_line(line: str) -> dict[str, object] | None:
-    """The result row from a line printed by :func:`format_result_line`, or None for any other line.
-
-    Text after the JSON object is ignored: spark-submit's stderr (Spark's console progress bar, which ends
-    its updates with a carriage return, not a newline) can land on the same line of the merged output.
-    """
-    start = line.find(RESULT_MARKER)
-    if start < 0:
-        return None
-    try:
-        result, _ = json.JSONDecoder().raw_decode(line, start + len(RESULT_MARKER))
-    except ValueError:
-        return None
-    return result if isinstance(result, dict) else None
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def die_with_parent(signal_number: int | None = None) -> None:
-    """Have Linux send this process ``signal_number`` (SIGKILL) when its parent process dies; elsewhere, nothing.
-
-    A Spark job started by spark-submit in local or client deploy mode is a child of spark-submit's JVM, which
-    is a child of the Airflow task: with this in both, killing the task ends the Spark work within moments. If
-    the parent is already gone, the process exits at once.
-    """
-    import ctypes
-    import os
-    import signal
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal_number or signal.SIGKILL, 0, 0, 0) != 0:
-        return  # not allowed here (a restricted sandbox): the lease still bounds the work
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)

@@ -1,0 +1,121 @@
+"""The write gate's protocol: its tables, the statements writers and the gate's holder run, and their session.
+
+The rule, also in ``docs/write-gate-protocol.md``: **a writer pauses iff ``state = 'closed' AND lease_expires_at >
+NOW()``**, evaluated by MySQL's clock, so a gate whose closing DAG crashed stops pausing writers when its lease
+ends. The docs show these statements as generated from here (``make docs``), and the Flink source's copy in
+``flink/.../WriteGate.java`` is checked against them word for word.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The gate's tables, as ``airflow_iceberg/hooks/write_gate.sql`` defines them (a unit test holds the two together).
+GATE_TABLE = "iceberg_write_gate"
+
+
+AUDIT_TABLE = "iceberg_write_gate_audit"
+
+
+WRITER_TABLE = "iceberg_write_gate_writer"
+
+
+#: How often, at least, a writer says it is there; a compaction waits for every writer seen within
+#: :data:`WRITER_SEEN_WINDOW_SECONDS` (or a lease, if longer) of its closing, so this must stay well below that.
+REGISTER_EVERY_SECONDS = 10.0
+
+
+#: The least time before a gate's closing within which a writer counts as present (see above).
+WRITER_SEEN_WINDOW_SECONDS = 60.0
+
+
+#: A writer says it is there (parameters: table, writer id) at its first look at the gate and then at least every
+#: :data:`REGISTER_EVERY_SECONDS`, in a transaction of its own that commits before the look: a compaction waits
+#: for the acknowledgement of every writer seen recently, so a writer must be visible before it may commit.
+WRITER_REGISTER_SQL = f"""INSERT INTO {WRITER_TABLE} (table_name, writer_id, seen_at)
+VALUES (%s, %s, NOW(6))
+ON DUPLICATE KEY UPDATE seen_at = NOW(6)"""
+
+
+#: The one query a writer runs before each commit. No row for the table means the gate was never closed.
+#: ``lease_seconds_left`` lets a writer keep obeying a pause, by its own monotonic clock, while MySQL is away.
+WRITER_CHECK_SQL = f"""SELECT state = 'closed' AND lease_expires_at > NOW(6) AS paused,
+       lease_expires_at,
+       TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left
+FROM {GATE_TABLE}
+WHERE table_name = %s"""
+
+
+#: How a paused writer acknowledges (parameters: its last committed snapshot id, table, writer id): when it
+#: paused (database clock) and its last committed snapshot. Only a gate that still pauses writers takes it.
+WRITER_ACK_SQL = f"""UPDATE {WRITER_TABLE} w JOIN {GATE_TABLE} g ON g.table_name = w.table_name
+SET w.ack_at = NOW(6), w.ack_snapshot_id = %s, w.seen_at = NOW(6)
+WHERE w.table_name = %s AND w.writer_id = %s AND g.state = 'closed' AND g.lease_expires_at > NOW(6)"""
+
+
+#: A writer that stops for good says so (parameters: table, writer id), so compactions stop waiting for it.
+WRITER_LEAVE_SQL = f"""UPDATE {WRITER_TABLE} SET seen_at = NULL, ack_at = NULL
+WHERE table_name = %s AND writer_id = %s"""
+
+
+#: How the run holding a gate renews its lease (parameters: table, owner DAG id, owner run id): by the lease it
+#: closed with, never past the pause's deadline, and only while it still holds the gate. Run by the holder's
+#: tasks through WriteGateHook, and by the rewrite's Spark driver (:class:`LeaseKeeper`) while it works.
+HOLDER_RENEW_SQL = f"""UPDATE {GATE_TABLE}
+SET lease_expires_at = LEAST(NOW(6) + INTERVAL lease_seconds SECOND,
+                             COALESCE(pause_deadline, NOW(6) + INTERVAL lease_seconds SECOND))
+WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
+  AND state = 'closed' AND lease_expires_at > NOW(6)"""
+
+
+#: What the holder's lease has left after a renewal (same parameters); no row: the run no longer holds the gate.
+HOLDER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left,
+       lease_expires_at >= pause_deadline AS at_pause_deadline
+FROM {GATE_TABLE}
+WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
+  AND state = 'closed' AND lease_expires_at > NOW(6)"""
+
+
+#: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. A holder
+#: that freezes inside such a transaction (a stopped process, a paused VM, a lost network) keeps its row lock
+#: until the server drops its connection: after ``wait_timeout`` seconds, here, instead of MySQL's default of
+#: eight hours, so it never blocks the next run or a force-open for long. Its transactions take milliseconds.
+#: Whoever waits for that lock waits longer than that (``innodb_lock_wait_timeout``), and less than the
+#: client's read timeout, so it gets the gate instead of an error.
+HOLDER_SESSION_SETTINGS = "SET SESSION time_zone = '+00:00', wait_timeout = 20, innodb_lock_wait_timeout = 25"
+
+
+#: Seconds a holder's client waits for one answer: longer than any lock wait above.
+HOLDER_READ_TIMEOUT = 30
+
+
+def holder_connection(host: str, port: int, user: str, password: str, database: str, **kwargs: Any) -> Any:
+    """A new pymysql connection for the run that closes, renews or opens gates, in :data:`HOLDER_SESSION_SETTINGS`."""
+    import pymysql
+
+    return pymysql.connect(
+        host=host, port=int(port), user=user, password=password, database=database, autocommit=False,
+        init_command=HOLDER_SESSION_SETTINGS, connect_timeout=10, read_timeout=HOLDER_READ_TIMEOUT,
+        write_timeout=HOLDER_READ_TIMEOUT, **kwargs,
+    )  # fmt: skip
+
+
+NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed
+
+
+#: MySQL errors that mean the writer's user may not do what the protocol needs: database, login, table and column
+#: access denied. pymysql raises them as OperationalError, like an outage; they are a misconfiguration, and a
+#: writer that took them for an outage would commit through a closed gate.
+ACCESS_DENIED = frozenset({1044, 1045, 1142, 1143})
+
+
+class WriteGateAccessError(RuntimeError):
+    """The writer's MySQL user may not read the gate or report to it: fix its grants, don't write ungated."""
+
+
+def raise_if_denied(error: Exception, table: str) -> None:
+    if error.args and error.args[0] in ACCESS_DENIED:
+        raise WriteGateAccessError(
+            f"the write gate of {table} refused this writer's MySQL user ({error.args[-1]}): a writer needs SELECT on "
+            f"{GATE_TABLE} and SELECT, INSERT, UPDATE on {WRITER_TABLE} (docs/write-gate-protocol.md)"
+        ) from error

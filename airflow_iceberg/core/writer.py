@@ -1,0 +1,294 @@
+"""The writer's side of the write gate: may this writer commit to its table now?
+
+Depends on ``pymysql`` alone, so Spark and PyFlink jobs and plain scripts can use it without Airflow: a Spark
+job ships the core with ``--py-files`` (:func:`airflow_iceberg.core.bundle.core_zip`) and imports
+``airflow_iceberg.core.writer``.
+
+Typical use, before every commit::
+
+    gate = WriteGateClient.connect("lake.db.events", host="mysql", user="writer", password=..., database="gates",
+                                   writer_id="events-ingest")
+    gate.wait_until_open(last_snapshot_id=last_committed_snapshot_id)
+    commit()
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_iceberg.core.gate_protocol import (
+    NO_SUCH_TABLE,
+    REGISTER_EVERY_SECONDS,
+    WRITER_ACK_SQL,
+    WRITER_CHECK_SQL,
+    WRITER_LEAVE_SQL,
+    WRITER_REGISTER_SQL,
+    raise_if_denied,
+)
+
+#: The environment variable a writer job reads the gate database's password from (never a command-line flag).
+GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
+
+
+@dataclass(frozen=True)
+class WriterVerdict:
+    """What the gate told a writer: whether to pause, and until when at the latest."""
+
+    paused: bool
+    lease_expires_at: datetime | None
+    #: True when MySQL could not be reached and this is the last verdict read, still in force.
+    from_cache: bool = False
+
+
+def check_gate(connection: Any, table: str) -> WriterVerdict:
+    """Run :data:`WRITER_CHECK_SQL` for ``table`` (``catalog.namespace.table``) on a pymysql connection."""
+    return _read_gate(connection, table)[0]
+
+
+def default_writer_id() -> str:
+    """``<host>:<pid>``: unique among running writers, but new at every restart."""
+    return f"{socket.gethostname()}:{os.getpid()}"[:200]
+
+
+def _register(connection: Any, table: str, writer_id: str) -> None:
+    """Run :data:`WRITER_REGISTER_SQL` and commit it, so the registration is visible before the writer looks."""
+    import pymysql
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(WRITER_REGISTER_SQL, (table, writer_id))
+    except pymysql.err.ProgrammingError as error:
+        if error.args[0] != NO_SUCH_TABLE:
+            raise
+        connection.rollback()  # no gate tables yet: nothing is gated, nobody waits for this writer
+        return
+    connection.commit()
+
+
+def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
+    """The verdict, and the seconds left on a pausing lease (0 when not paused)."""
+    import pymysql
+
+    try:
+        with connection.cursor(pymysql.cursors.DictCursor) as cursor:
+            cursor.execute(WRITER_CHECK_SQL, (table,))
+            row = cursor.fetchone()
+    except pymysql.err.ProgrammingError as error:
+        if error.args[0] != NO_SUCH_TABLE:
+            raise
+        connection.rollback()
+        return WriterVerdict(paused=False, lease_expires_at=None), 0.0
+    connection.commit()  # end the read so the next check sees fresh data under REPEATABLE READ
+    if row is None:
+        return WriterVerdict(paused=False, lease_expires_at=None), 0.0
+    paused = bool(row["paused"])
+    seconds_left = float(row["lease_seconds_left"] or 0) if paused else 0.0
+    return WriterVerdict(paused=paused, lease_expires_at=row["lease_expires_at"]), seconds_left
+
+
+class WriteGateClient:
+    """A streaming writer's handle on its table's write gate.
+
+    ``verdict()`` answers "may I commit now?" by the protocol's rule. If MySQL cannot be reached it keeps
+    obeying the last verdict it read, until that verdict's lease ends by the writer's own monotonic clock: a
+    closed gate never pauses the writer past its lease, and an outage never pauses it longer than that.
+
+    It registers as ``writer_id`` (:data:`WRITER_REGISTER_SQL`) at its first look and then every
+    :data:`REGISTER_EVERY_SECONDS`, and it acknowledges a pause under that id, so several writers of one table
+    are each waited for. A MySQL user without the protocol's
+    grants is an error (:class:`WriteGateAccessError`), never taken for an outage.
+
+    :param table: The table, ``catalog.namespace.table``.
+    :param connect: Returns a new pymysql connection to the gate's database; called again after a failure.
+    :param writer_id: This writer's name at the gate, at most 200 characters; keep it across restarts (the job's
+        name, say). Default: host name and process id.
+    :param poke_interval: Seconds between checks while the gate is closed.
+    :param clock: Monotonic clock, in seconds.
+    :param sleep: Waits the given seconds; with ``clock``, replaceable to run the outage rule on a fake clock.
+    :param log: Where pause and outage messages go.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        connect: Callable[[], Any],
+        *,
+        writer_id: str | None = None,
+        poke_interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.table = table
+        self.writer_id = writer_id or default_writer_id()
+        self._connect = connect
+        self._connection: Any = None
+        self.poke_interval = poke_interval
+        self._clock = clock
+        self._sleep = sleep
+        self._log = log
+        self._last = WriterVerdict(paused=False, lease_expires_at=None)
+        self._pause_ends_at = 0.0  # by self._clock, for the last verdict read
+        self._register_due = float("-inf")  # by self._clock: the first look always registers
+
+    @classmethod
+    def connect(
+        cls,
+        table: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 3306,
+        user: str = "root",
+        password: str = "",
+        database: str,
+        **kwargs: Any,
+    ) -> WriteGateClient:
+        """A client whose connections go to the gate database ``database`` on ``host``."""
+        import pymysql
+
+        def new_connection() -> Any:
+            return pymysql.connect(
+                host=host,
+                port=port,
+                user=user,
+                password=password,
+                database=database,
+                connect_timeout=5,
+                read_timeout=10,
+                write_timeout=10,
+            )
+
+        return cls(table, new_connection, **kwargs)
+
+    def _db(self) -> Any:
+        if self._connection is None:
+            self._connection = self._connect()
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except Exception:  # already broken; nothing to release
+                pass
+        self._connection = None
+
+    def verdict(self) -> WriterVerdict:
+        """Register (when due), then read the gate; if MySQL is away, the last verdict read while its lease lasts."""
+        import pymysql
+
+        try:
+            if self._clock() >= self._register_due:
+                _register(self._db(), self.table, self.writer_id)
+                self._register_due = self._clock() + REGISTER_EVERY_SECONDS
+            verdict, seconds_left = _read_gate(self._db(), self.table)
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            raise_if_denied(error, self.table)
+            self._drop_connection()
+            still_paused = self._last.paused and self._clock() < self._pause_ends_at
+            self._log(
+                f"write gate of {self.table} unreachable ({error}); "
+                + ("obeying the last closed verdict until its lease ends" if still_paused else "committing")
+            )
+            return WriterVerdict(paused=still_paused, lease_expires_at=self._last.lease_expires_at, from_cache=True)
+        self._last = verdict
+        self._pause_ends_at = self._clock() + seconds_left
+        return verdict
+
+    def may_commit(self) -> bool:
+        """The protocol's answer for this moment."""
+        return not self.verdict().paused
+
+    def acknowledge_pause(self, last_snapshot_id: int | None) -> bool:
+        """Tell the gate this writer has paused, with the id of its last committed snapshot.
+
+        Returns whether the gate took it: False if the gate no longer pauses writers or MySQL is away.
+        """
+        import pymysql
+
+        try:
+            db = self._db()
+            _register(db, self.table, self.writer_id)  # the acknowledgement updates this writer's own row
+            with db.cursor() as cursor:
+                cursor.execute(WRITER_ACK_SQL, (last_snapshot_id, self.table, self.writer_id))
+                taken = cursor.rowcount >= 1
+            db.commit()
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            raise_if_denied(error, self.table)
+            self._drop_connection()
+            self._log(f"could not acknowledge the pause of {self.table}: {error}")
+            return False
+        return taken
+
+    def wait_until_open(self, last_snapshot_id: int | None = None) -> float:
+        """Block while the gate pauses this writer; acknowledge the pause once; return the seconds waited.
+
+        ``last_snapshot_id`` is the id of the writer's last committed snapshot, sent with the acknowledgement
+        so the compaction knows nothing newer from this writer is coming.
+        """
+        started = self._clock()
+        verdict = self.verdict()
+        if not verdict.paused:
+            return 0.0
+        self._log(f"write gate of {self.table} closed until {verdict.lease_expires_at}; pausing commits")
+        acknowledged = False
+        while verdict.paused:
+            if not acknowledged and not verdict.from_cache:
+                acknowledged = self.acknowledge_pause(last_snapshot_id)
+            self._sleep(self.poke_interval)
+            verdict = self.verdict()
+        waited = self._clock() - started
+        self._log(f"write gate of {self.table} open after {waited:.1f} s; resuming commits")
+        return waited
+
+    def leave(self) -> None:
+        """Tell the gate this writer has stopped, so compactions no longer wait for its acknowledgement.
+
+        A writer that starts again registers again at its next look. Best effort: if MySQL is away, the
+        compaction stops counting this writer once it has not been seen for a lease. A writer that only
+        restarts need not leave.
+        """
+        import pymysql
+
+        try:
+            db = self._db()
+            with db.cursor() as cursor:
+                cursor.execute(WRITER_LEAVE_SQL, (self.table, self.writer_id))
+            db.commit()
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, pymysql.err.ProgrammingError, OSError):
+            self._drop_connection()
+
+    def close(self) -> None:
+        """Drop the connection; the writer stays registered (call :meth:`leave` first when it stops for good)."""
+        self._drop_connection()
+
+
+def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:
+    """Add ``--gate-host``, ``--gate-port``, ``--gate-user``, ``--gate-database`` and ``--gate-writer-id``."""
+    parser.add_argument("--gate-host", default="127.0.0.1")
+    parser.add_argument("--gate-port", type=int, default=3306)
+    parser.add_argument("--gate-user", default="root")
+    parser.add_argument("--gate-database", default=None, help=f"the gate's database; {ungated_help}")
+    parser.add_argument("--gate-writer-id", default=None, help="this writer's name at the gate (default: host:pid)")
+
+
+def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **kwargs: Any) -> WriteGateClient | None:
+    """The gate client that :func:`add_gate_arguments`' options describe, or None if no database was given."""
+    if not args.gate_database:
+        return None
+    return WriteGateClient.connect(
+        table,
+        host=args.gate_host,
+        port=args.gate_port,
+        user=args.gate_user,
+        password=environ.get(GATE_PASSWORD_ENV, ""),
+        database=args.gate_database,
+        writer_id=args.gate_writer_id,
+        **kwargs,
+    )
