@@ -137,24 +137,24 @@ def _reason(text: str) -> str:
     return text
 
 
-def parser() -> argparse.ArgumentParser:
-    main_parser = argparse.ArgumentParser(prog="airflow-iceberg", description=__doc__.splitlines()[0])
-    commands = main_parser.add_subparsers(dest="command", required=True)
-    migrate = commands.add_parser("migrate", help="create or upgrade the write gate's tables")
-    migrate.add_argument(
+def _gate_conn_id_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
         "--conn-id",
         default=WriteGateHook.default_conn_name,
         help="the iceberg_write_gate connection whose database holds the gates (default: %(default)s)",
     )
+
+
+def parser() -> argparse.ArgumentParser:
+    main_parser = argparse.ArgumentParser(prog="airflow-iceberg", description=__doc__.splitlines()[0])
+    commands = main_parser.add_subparsers(dest="command", required=True)
+    migrate = commands.add_parser("migrate", help="create or upgrade the write gate's tables")
+    _gate_conn_id_argument(migrate)
     migrate.set_defaults(run=_migrate)
     force_open = commands.add_parser("force-open", help="open a table's write gate whoever holds it, audited")
     force_open.add_argument("table", help="catalog.namespace.table")
     force_open.add_argument("--reason", required=True, type=_reason, help="why, for the audit trail")
-    force_open.add_argument(
-        "--conn-id",
-        default=WriteGateHook.default_conn_name,
-        help="the iceberg_write_gate connection whose database holds the gate (default: %(default)s)",
-    )
+    _gate_conn_id_argument(force_open)
     force_open.set_defaults(run=_force_open)
     pools = commands.add_parser("pools", help="create or resize the Airflow pool of each Spark connection")
     pools.set_defaults(run=_pools)
