@@ -30,51 +30,32 @@ neither a commit nor a reported rewrite failure accounts for. The Airflow task f
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from airflow_iceberg.core.gate_protocol import holder_connection
 from airflow_iceberg.core.lease import GateLease, LeaseKeeper, LeaseLostError
-from airflow_iceberg.core.procedures import build_call, normalize_options
+from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
-from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, apply_job_secrets, format_result_line, read_job_secrets
+from airflow_iceberg.core.spark_job import (
+    LEASE_LOST_MARKER,
+    GateHolder,
+    JobArguments,
+    ProcedureCall,
+    apply_job_secrets,
+    format_result_line,
+    read_job_secrets,
+)
 from airflow_iceberg.core.tables import TableName
 
 #: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).
 LEASE_LOST_EXIT = 3
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", required=True, help="catalog.namespace.table")
-    parser.add_argument(
-        "--calls",
-        required=True,
-        help='JSON list of the procedures to run in order: [{"procedure": "rewrite_data_files", "options": {...}, '
-        '"where": "...", "arguments": {...}}, ...]',
-    )
-    parser.add_argument("--job-secrets", default=None, help="the job's secrets file: a path, or a --files name")
-    return parser.parse_args(argv)
-
-
-def statements(table: TableName, calls: object) -> list[tuple[dict, str]]:
-    """Each call and its checked ``CALL`` statement; a bad call raises before anything runs."""
-    if not isinstance(calls, list) or not calls:
-        raise ValueError(f"--calls must be a non-empty JSON list of procedure calls, got {calls!r}")
-    built = []
-    for call in calls:
-        if not isinstance(call, dict) or not isinstance(call.get("procedure"), str):
-            raise ValueError(f"each call must be an object with a procedure, got {call!r}")
-        statement = build_call(call["procedure"], table, call.get("options"), call.get("where"),
-                               call.get("arguments"))  # fmt: skip
-        built.append((call, statement))
-    return built
-
-
-def planned_data_files(spark, table: TableName, call: dict) -> int | None:
+def planned_data_files(spark: Any, table: TableName, call: ProcedureCall) -> int | None:
     """How many data files ``call`` (a ``rewrite_data_files`` with partial progress) will rewrite, or None for any
     other call: planned by Iceberg's own planner, with the call's options and ``where``, at the table's current
     snapshot, as the procedure's action plans it a moment later.
@@ -83,8 +64,8 @@ def planned_data_files(spark, table: TableName, call: dict) -> int | None:
     reads, so the bin-pack planner counts for every strategy. Behind a closed gate no writer commits between
     the two plans; without one, a writer's commit in between can make the count differ.
     """
-    options = normalize_options(call["procedure"], call.get("options"))
-    if call["procedure"] != "rewrite_data_files" or options.get("partial-progress.enabled", "").lower() != "true":
+    options = normalize_options(call.procedure, call.options)
+    if call.procedure != "rewrite_data_files" or options.get("partial-progress.enabled", "").lower() != "true":
         return None
     jvm, session = spark.sparkContext._jvm, spark._jsparkSession
     name = str(table)
@@ -92,7 +73,7 @@ def planned_data_files(spark, table: TableName, call: dict) -> int | None:
     snapshot = iceberg.currentSnapshot()
     if snapshot is None:
         return 0
-    where = call.get("where")
+    where = call.where
     if where:
         converter = jvm.org.apache.spark.sql.execution.datasources.SparkExpressionConverter
         expression = converter.convertToIcebergExpression(
@@ -113,7 +94,7 @@ def planned_data_files(spark, table: TableName, call: dict) -> int | None:
     return planned
 
 
-def with_uncommitted(result: dict, planned: int | None) -> dict:
+def with_uncommitted(result: dict[str, Any], planned: int | None) -> dict[str, Any]:
     """``result`` with the planned files that no commit and no reported failure accounts for, if it was planned."""
     if planned is None:
         return result
@@ -121,7 +102,7 @@ def with_uncommitted(result: dict, planned: int | None) -> dict:
     return {**result, "planned_data_files_count": planned, "uncommitted_data_files_count": max(planned - accounted, 0)}
 
 
-def lease_keeper(gate: dict, on_lost):
+def lease_keeper(gate: GateHolder, on_lost: Callable[[str], None]) -> LeaseKeeper:
     """A ``LeaseKeeper`` for the run the secrets file names."""
 
     def connect():
@@ -133,14 +114,14 @@ def lease_keeper(gate: dict, on_lost):
 
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
-    args = parse_args(argv)
-    table = TableName.parse(args.table)
     # Validate everything before Spark starts: a bad value fails in a second and touches nothing.
-    calls = statements(table, json.loads(args.calls))
+    args = JobArguments.parse(argv)
+    table = args.table
+    calls = [(call, call.statement(table)) for call in args.calls]
 
     from pyspark.sql import SparkSession
 
-    procedures = ",".join(call["procedure"] for call, _ in calls)
+    procedures = ",".join(call.procedure for call in args.calls)
     spark = SparkSession.builder.appName(f"iceberg-{procedures}-{table}").getOrCreate()
     keeper = None
     try:
@@ -161,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             keeper = lease_keeper(secrets["gate"], stop_the_work)
             keeper.start()  # raises LeaseLostError if the lease has ended: no CALL starts then
         for index, (call, statement) in enumerate(calls):
-            procedure = call["procedure"]
+            procedure = call.procedure
             if keeper is not None and index:  # the next CALL, too, starts only on a lease with time left
                 keeper.renew_before_work()
             planned = planned_data_files(spark, table, call)

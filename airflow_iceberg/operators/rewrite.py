@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from importlib.resources import files
@@ -25,8 +24,8 @@ from airflow.sdk.exceptions import (  # noqa: E402
 from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
-from airflow_iceberg.core.procedures import build_call, normalize_arguments, normalize_options  # noqa: E402
-from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE  # noqa: E402
+from airflow_iceberg.core.procedures import normalize_arguments, normalize_options  # noqa: E402
+from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
@@ -174,7 +173,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                     self.where[procedure] = literal(run_where)
         super().render_template_fields(context, jinja_env)
 
-    def _calls(self, context: Context) -> list[dict[str, Any]]:
+    def _calls(self, context: Context) -> list[ProcedureCall]:
         """The procedures this try runs, each with its options, predicate and arguments, checked."""
         procedures, where = self.procedures, dict(self.where)
         planned: dict[str, dict[str, Any]] = {}  # options the plan adds, by procedure
@@ -205,12 +204,13 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                 **self.arguments.get(procedure, {}),
                 **(overrides.arguments.get(procedure, {}) if overrides else {}),
             }
-            predicate = where.get(procedure)
-            build_call(procedure, self.table, options, predicate, arguments)  # checked before Spark starts
+            call = ProcedureCall(procedure, options, where.get(procedure), arguments)
+            call.statement(self.table)  # checked before Spark starts
+            predicate = call.where
             # A plan's predicates were parsed by the plan task, before the gate closed: not again while writers wait.
             if predicate is not None and not self.plan_task_id:
                 check_predicate(predicate, f"{procedure}'s where")
-            calls.append({"procedure": procedure, "options": options, "where": predicate, "arguments": arguments})
+            calls.append(call)
         return calls
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
@@ -242,11 +242,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
         with job_secrets_file(secrets) as secrets_path:
             # In cluster modes the driver runs elsewhere: spark-submit ships the file, the job finds it by name.
             self.files = ",".join(filter(None, [self._declared_files, str(secrets_path) if cluster else None]))
-            self.application_args = [
-                "--table", str(name),
-                "--calls", json.dumps(calls),
-                "--job-secrets", JOB_SECRETS_FILE if cluster else str(secrets_path),
-            ]  # fmt: skip
+            self.application_args = JobArguments(name, calls, JOB_SECRETS_FILE if cluster else str(secrets_path)).argv()
             try:
                 if keeper is not None:
                     keeper.start()

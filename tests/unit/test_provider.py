@@ -58,7 +58,7 @@ plan = {"predicates": {"rewrite_data_files": "ts >= TIMESTAMP '2026-11-22 00:00:
         "partitions": {"rewrite_data_files": ["ts_day=2026-11-22"]}, "decision": "compact", "reason": "r"}
 ti = mock.Mock(xcom_pull=mock.Mock(return_value=plan))
 [call] = op._calls({"ti": ti, "params": {}})
-assert call["where"] == plan["predicates"]["rewrite_data_files"], call
+assert call.where == plan["predicates"]["rewrite_data_files"], call
 loaded = sorted(m for m in sys.modules if m.startswith(("pyiceberg", "sqlglot")))
 assert not loaded, loaded
 print("ok")
