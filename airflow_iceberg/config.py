@@ -35,7 +35,7 @@ from pydantic import (
 
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
-from airflow_iceberg.health import PROCEDURES, HealthTriggers
+from airflow_iceberg.health import PROCEDURES, HealthThresholds
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 
@@ -177,11 +177,11 @@ class FullRewriteConfig(BaseModel):
 
 
 class HealthConfig(BaseModel):
-    """When the compaction DAG rewrites at all: triggers read from table metadata (see ``health.HealthTriggers``).
+    """When the compaction DAG rewrites at all: thresholds read from table metadata (see ``health.HealthThresholds``).
 
     With ``enabled: false`` every run closes the gate and rewrites, as before health planning. With ``watch`` (the
     default, and only with ``enabled``), the triggerer sweeps the catalog every ``poll_interval`` seconds and starts
-    a run when the table needs work by these triggers (``triggers/table_health.py``); the table's ``schedule``, if
+    a run when the table needs work by these thresholds (``triggers/table_health.py``); the table's ``schedule``, if
     any, runs as well, as a safety net.
     """
 
@@ -212,8 +212,8 @@ class HealthConfig(BaseModel):
         default=None, ge=1, description="Records in a partition's equality-delete files that trigger one; unset: not"
     )
 
-    def triggers(self) -> HealthTriggers:
-        return HealthTriggers(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
+    def thresholds(self) -> HealthThresholds:
+        return HealthThresholds(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
 
 
 class TableCareConfig(BaseModel):

@@ -128,7 +128,7 @@ def _gated_rewrites(
         doc_md=docs.CHECK_RUN_PARAMS,
         **RETRIES["check"],
     )
-    health = None if full or not config.health.enabled else config.health.triggers()
+    health = None if full or not config.health.enabled else config.health.thresholds()
     without_health = (
         ("full", "the daily full rewrite rewrites whatever the health")
         if full
@@ -139,7 +139,7 @@ def _gated_rewrites(
         table=table,
         iceberg_conn_id=config.catalog_conn_id,
         write_gate_conn_id=gate_conn,
-        triggers=health,
+        thresholds=health,
         options=rewrites[0][1],
         without_health=without_health,
         doc_md=docs.plan_compaction(config, full),
@@ -235,7 +235,7 @@ def compaction_schedule(config: TableConfig) -> Any:
         rewrite_data_files_where=config.where_for("rewrite_data_files"),
         rewrite_position_delete_files_where=config.where_for("rewrite_position_delete_files"),
         target_file_size_bytes=config.rewrite_data_files.get("target-file-size-bytes"),
-        **asdict(health.triggers()),
+        **asdict(health.thresholds()),
     )
     asset = health_asset(trigger)
     if config.schedule is None:

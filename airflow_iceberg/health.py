@@ -5,7 +5,7 @@ the table): no Spark, no data file is opened. Per partition it counts data files
 position and equality delete files with their records' share of the data, bytes, and the snapshots that added
 files since the partition was last rewritten.
 
-:func:`make_plan` applies the table's :class:`HealthTriggers` to that: a partition needs work when it holds
+:func:`make_plan` applies the table's :class:`HealthThresholds` to that: a partition needs work when it holds
 enough small files, or delete files that are too many or too old. No partition needing work means no gate is
 closed and no Spark application starts. Otherwise each rewrite's predicate is narrowed to the partitions that
 need it (:func:`partition_predicate`), intersected with the predicate the run would use anyway.
@@ -31,7 +31,7 @@ PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 
 @dataclass(frozen=True)
-class HealthTriggers:
+class HealthThresholds:
     """When a partition needs a rewrite. The defaults follow Apache Amoro's self-optimizing, Iceberg and Flink.
 
     Only delete files that can still apply count (see :func:`read_health`); dangling ones never trigger a rewrite.
@@ -307,27 +307,27 @@ def _human_partition(spec: Any, schema: Any, values: tuple[Any, ...]) -> dict[st
 # --- Decisions -----------------------------------------------------------------------------------------------
 
 
-def partition_reasons(health: PartitionHealth, triggers: HealthTriggers, now_ms: int) -> list[str]:
-    """Why ``health``'s partition needs a rewrite, one phrase per trigger met; empty when it is healthy."""
+def partition_reasons(health: PartitionHealth, thresholds: HealthThresholds, now_ms: int) -> list[str]:
+    """Why ``health``'s partition needs a rewrite, one phrase per threshold met; empty when it is healthy."""
     reasons = []
     fragments = health.small_files + health.equality_delete_files
-    if fragments >= triggers.min_small_files:
+    if fragments >= thresholds.min_small_files:
         counted = f"{health.small_files} small files"
         if health.equality_delete_files:
             counted += f" and {health.equality_delete_files} equality-delete files"
-        reasons.append(f"{counted} (>= {triggers.min_small_files})")
-    limit = triggers.max_equality_delete_files
+        reasons.append(f"{counted} (>= {thresholds.min_small_files})")
+    limit = thresholds.max_equality_delete_files
     if limit is not None and health.equality_delete_files and health.equality_delete_files >= limit:
         reasons.append(f"{health.equality_delete_files} equality-delete files (>= {limit})")
-    limit = triggers.max_equality_delete_records
+    limit = thresholds.max_equality_delete_records
     if limit is not None and health.equality_delete_records and health.equality_delete_records >= limit:
         reasons.append(f"{health.equality_delete_records} equality-delete records (>= {limit})")
-    if health.delete_files and health.delete_ratio >= triggers.max_delete_ratio:
-        reasons.append(f"delete ratio {health.delete_ratio:.2f} (>= {triggers.max_delete_ratio:g})")
+    if health.delete_files and health.delete_ratio >= thresholds.max_delete_ratio:
+        reasons.append(f"delete ratio {health.delete_ratio:.2f} (>= {thresholds.max_delete_ratio:g})")
     if health.oldest_delete_ms is not None:
         age_minutes = (now_ms - health.oldest_delete_ms) / 60_000
-        if age_minutes >= triggers.max_delete_age_minutes:
-            reasons.append(f"a delete file {age_minutes:.0f} min old (>= {triggers.max_delete_age_minutes:g})")
+        if age_minutes >= thresholds.max_delete_age_minutes:
+            reasons.append(f"a delete file {age_minutes:.0f} min old (>= {thresholds.max_delete_age_minutes:g})")
     return reasons
 
 
@@ -389,7 +389,7 @@ def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth
 def plan_table(
     iceberg_table: Any,
     table: str,
-    triggers: HealthTriggers,
+    thresholds: HealthThresholds,
     where: Mapping[str, str | None],
     options: Mapping[str, Any] | None = None,
     *,
@@ -400,11 +400,11 @@ def plan_table(
 
     ``options`` are the run's ``rewrite_data_files`` options: their target file size defines small files.
     """
-    health = read_health(iceberg_table, table, small_file_ratio=triggers.small_file_ratio,
+    health = read_health(iceberg_table, table, small_file_ratio=thresholds.small_file_ratio,
                          target=target_file_size(iceberg_table, options))  # fmt: skip
     scopes = {p: partition_scope(iceberg_table, w) for p, w in where.items() if w}
     in_scope = {p: s for p, s in scopes.items() if s is not None}
-    return health, make_plan(health, triggers, where, in_scope=in_scope, force=force)
+    return health, make_plan(health, thresholds, where, in_scope=in_scope, force=force)
 
 
 #: The most partitions a rewrite's predicate names one by one; with more, it takes its whole ``where``.
@@ -413,7 +413,7 @@ MAX_NARROWED_PARTITIONS = 200
 
 def make_plan(
     health: TableHealth,
-    triggers: HealthTriggers,
+    thresholds: HealthThresholds,
     where: Mapping[str, str | None],
     *,
     in_scope: Mapping[str, Callable[[PartitionHealth], bool]] | None = None,
@@ -429,7 +429,7 @@ def make_plan(
     in_scope = in_scope or {}
     unhealthy = []
     for partition in health.partitions:
-        reasons = partition_reasons(partition, triggers, health.read_at_ms)
+        reasons = partition_reasons(partition, thresholds, health.read_at_ms)
         if reasons:
             unhealthy.append((partition, reasons))
     report = {
@@ -475,9 +475,9 @@ def make_plan(
             reason = "the partitions that need work are outside every rewrite's where"
         else:
             reason = (
-                f"no partition needs work: none has {triggers.min_small_files} small files (under "
+                f"no partition needs work: none has {thresholds.min_small_files} small files (under "
                 f"{health.small_file_bytes} bytes) and equality-delete files, or deletes over ratio "
-                f"{triggers.max_delete_ratio:g} or {triggers.max_delete_age_minutes:g} min old"
+                f"{thresholds.max_delete_ratio:g} or {thresholds.max_delete_age_minutes:g} min old"
             )
         return Plan("skip", reason, {}, {}, report, score)
     taken = sorted({label for labels in partitions.values() for label in labels})
@@ -644,14 +644,14 @@ class ManifestRead:
             plan=plan,
         )
 
-    def delete_age_due(self, triggers: HealthTriggers, now_ms: int) -> bool:
-        """Whether its oldest delete file has come of age since (the one trigger that time alone can meet)."""
+    def delete_age_due(self, thresholds: HealthThresholds, now_ms: int) -> bool:
+        """Whether its oldest delete file has come of age since (the one threshold that time alone can meet)."""
         if self.oldest_delete_ms is None or self.plan.decision == "compact":
             return False
-        return (now_ms - self.oldest_delete_ms) / 60_000 >= triggers.max_delete_age_minutes
+        return (now_ms - self.oldest_delete_ms) / 60_000 >= thresholds.max_delete_age_minutes
 
 
-def screen(facts: SnapshotFacts, last_read: ManifestRead | None, triggers: HealthTriggers) -> tuple[bool, str]:
+def screen(facts: SnapshotFacts, last_read: ManifestRead | None, thresholds: HealthThresholds) -> tuple[bool, str]:
     """Whether the table may need work, so that its manifests must be read (True), or is healthy for sure (False),
     from its snapshot summary alone; and why, in words.
 
@@ -672,6 +672,6 @@ def screen(facts: SnapshotFacts, last_read: ManifestRead | None, triggers: Healt
             bound = since
             basis = (f"at most {last_read.max_small_files} small in a partition at the last read, "
                      f"{facts.added_since[last_read.snapshot_id]} data files added since")  # fmt: skip
-    if bound >= triggers.min_small_files:
-        return True, f"up to {bound} small files in a partition ({basis}; needs {triggers.min_small_files})"
-    return False, f"healthy: no delete files, {basis} (a partition needs {triggers.min_small_files} small files)"
+    if bound >= thresholds.min_small_files:
+        return True, f"up to {bound} small files in a partition ({basis}; needs {thresholds.min_small_files})"
+    return False, f"healthy: no delete files, {basis} (a partition needs {thresholds.min_small_files} small files)"

@@ -43,7 +43,7 @@ from airflow_iceberg.config import TableConfig, load_table_list
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
-from airflow_iceberg.health import PROCEDURES, HealthTriggers, make_plan, read_health
+from airflow_iceberg.health import PROCEDURES, HealthThresholds, make_plan, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from devkit.dag_runs import load_compaction_dag
 from devkit.demo import DEMO_TABLE
@@ -158,11 +158,11 @@ def measure_health_read(table: TableName, expected_files: int, expected_partitio
 
     def plan() -> float:
         started = time.monotonic()
-        make_plan(health, HealthTriggers(), where)
+        make_plan(health, HealthThresholds(), where)
         return time.monotonic() - started
 
     plan_best_s = best_of(plan)
-    decision = make_plan(health, HealthTriggers(), where)
+    decision = make_plan(health, HealthThresholds(), where)
     return {
         "files": health.data_files,
         "partitions": len(health.partitions),

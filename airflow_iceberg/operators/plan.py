@@ -20,7 +20,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.health import HealthTriggers, plan_table, read_health
+from airflow_iceberg.health import HealthThresholds, plan_table, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
@@ -59,16 +59,16 @@ class PlanCompactionOperator(ShortCircuitOperator):
 
     Pushes the plan to XCom under ``plan``: the decision and its reason, the predicate and partitions of each
     rewrite that runs, and the health (totals, and every partition needing work with its reasons). A rewrite
-    left out of the plan's predicates is skipped. With ``triggers`` None (the daily full rewrite, or health
+    left out of the plan's predicates is skipped. With ``thresholds`` None (the daily full rewrite, or health
     planning switched off) every rewrite runs with its predicate unchanged; so it does when the run's Params
     say ``force``.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog.
     :param write_gate_conn_id: Connection of the gate's database, where the run record is written.
-    :param triggers: When a partition needs work; None to rewrite whatever health says.
+    :param thresholds: When a partition needs work; None to rewrite whatever health says.
     :param options: The DAG's ``rewrite_data_files`` options (its target file size defines small files).
-    :param without_health: The decision and reason recorded when ``triggers`` is None.
+    :param without_health: The decision and reason recorded when ``thresholds`` is None.
     :param check_task_id: The task whose return value holds each rewrite's predicate.
     """
 
@@ -78,7 +78,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         table: TableName | str,
         iceberg_conn_id: str,
         write_gate_conn_id: str,
-        triggers: HealthTriggers | None,
+        thresholds: HealthThresholds | None,
         options: Mapping[str, Any] | None = None,
         without_health: tuple[str, str] = ("full", "health planning is off for this DAG"),
         check_task_id: str = "check_run_params",
@@ -88,7 +88,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         self.table = TableName.of(table)
         self.iceberg_conn_id = iceberg_conn_id
         self.write_gate_conn_id = write_gate_conn_id
-        self.triggers = triggers
+        self.thresholds = thresholds
         self.options = dict(options or {})
         self.without_health = without_health
         self.check_task_id = check_task_id
@@ -112,11 +112,11 @@ class PlanCompactionOperator(ShortCircuitOperator):
         if predicates is None:
             raise RuntimeError(f"{self.check_task_id} returned no predicates")
         iceberg_table = _load(self.iceberg_conn_id, self.table)
-        triggers = self.triggers or HealthTriggers()
+        thresholds = self.thresholds or HealthThresholds()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
-        health, plan = plan_table(iceberg_table, str(self.table), triggers, predicates, options,
-                                  force=overrides.force or self.triggers is None)  # fmt: skip
-        if self.triggers is None and not overrides.force:
+        health, plan = plan_table(iceberg_table, str(self.table), thresholds, predicates, options,
+                                  force=overrides.force or self.thresholds is None)  # fmt: skip
+        if self.thresholds is None and not overrides.force:
             plan.decision, plan.reason = self.without_health
         for watched in health_watch_reasons(context):
             self.log.info("Started by the health watch: %s", watched)

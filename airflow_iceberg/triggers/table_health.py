@@ -40,7 +40,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg import metrics
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.health import HealthTriggers, ManifestRead, SnapshotFacts, plan_table, screen
+from airflow_iceberg.health import HealthThresholds, ManifestRead, SnapshotFacts, plan_table, screen
 
 #: The first element of every health watch's shared-stream key.
 HEALTH_STREAM = "airflow-iceberg-table-health"
@@ -52,8 +52,8 @@ PENDING_RUN_STATES = ["queued", "running"]
 _WATCHERS: dict[Hashable, dict[str, TableHealthTrigger]] = {}
 
 
-#: The health triggers' defaults, which a trigger leaves out of its serialized arguments.
-_DEFAULT_TRIGGERS = asdict(HealthTriggers())
+#: The health thresholds' defaults, which a trigger leaves out of its serialized arguments.
+_DEFAULT_THRESHOLDS = asdict(HealthThresholds())
 
 
 def health_asset_name(table: TableName) -> str:
@@ -68,7 +68,7 @@ def health_asset(trigger: TableHealthTrigger) -> Asset:
 
 
 class TableHealthTrigger(BaseEventTrigger):
-    """Fire when ``table`` needs work by its health triggers, at most once per need (see the module doc).
+    """Fire when ``table`` needs work by its health thresholds, at most once per need (see the module doc).
 
     The event's payload, which becomes the asset event's extra, says why: ``{"table", "snapshot_id", "reason",
     "partitions", "checked_at"}``.
@@ -89,7 +89,7 @@ class TableHealthTrigger(BaseEventTrigger):
     :param rewrite_position_delete_files_where: The same for ``rewrite_position_delete_files``.
     :param target_file_size_bytes: ``rewrite_data_files``' target file size, which defines small files. None:
         the table's ``write.target-file-size-bytes``.
-    :param triggers: The table's health triggers, by ``HealthTriggers`` field; the others keep its defaults.
+    :param thresholds: The table's health thresholds, by ``HealthThresholds`` field; the others keep its defaults.
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class TableHealthTrigger(BaseEventTrigger):
         rewrite_data_files_where: str | None = None,
         rewrite_position_delete_files_where: str | None = None,
         target_file_size_bytes: int | None = None,
-        **triggers: Any,
+        **thresholds: Any,
     ) -> None:
         super().__init__()
         self.table = str(table)
@@ -118,7 +118,7 @@ class TableHealthTrigger(BaseEventTrigger):
             "rewrite_position_delete_files": rewrite_position_delete_files_where,
         }
         self.target_file_size_bytes = target_file_size_bytes
-        self.triggers = HealthTriggers(**triggers)  # an unknown name fails here, naming it
+        self.thresholds = HealthThresholds(**thresholds)  # an unknown name fails here, naming it
 
     @property
     def options(self) -> dict[str, Any]:
@@ -142,7 +142,9 @@ class TableHealthTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "cooldown_minutes": self.cooldown_minutes,
                 **{name: value for name, value in optional.items() if value is not None},
-                **{name: value for name, value in asdict(self.triggers).items() if value != _DEFAULT_TRIGGERS[name]},
+                **{
+                    name: value for name, value in asdict(self.thresholds).items() if value != _DEFAULT_THRESHOLDS[name]
+                },
             },
         )
 
@@ -330,19 +332,19 @@ class CatalogSweep:
             facts, reading = self.read_facts(location), "metadata"
             memory = self.memory[table] = TableMemory(location, facts, memory.last_read if memory else None,
                                                       memory.started_at if memory else None)  # fmt: skip
-        triggers = watcher.triggers
+        thresholds = watcher.thresholds
         facts, last_read = memory.facts, memory.last_read
         snapshot_id = facts.snapshot_id
         totals: dict[str, Any] = {"data_files": facts.data_files, "delete_files": facts.delete_files}
         now_ms = int(time.time() * 1000)
-        if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(triggers, now_ms):
-            must_read, why = screen(memory.facts, last_read, triggers)
+        if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(thresholds, now_ms):
+            must_read, why = screen(memory.facts, last_read, thresholds)
             if not must_read:
                 return Check(table, "healthy", why, reading, snapshot_id, score=0, **totals)
             iceberg_table = self.catalog().load_table(TableName.parse(table).in_catalog)
             where = {procedure: render_at(template, datetime.now(timezone.utc)) for procedure, template
                      in watcher.where.items()}  # fmt: skip
-            health, plan = plan_table(iceberg_table, table, triggers, where, watcher.options)
+            health, plan = plan_table(iceberg_table, table, thresholds, where, watcher.options)
             memory.last_read = last_read = ManifestRead.of(health, plan)
             reading = "manifests"
         plan = last_read.plan

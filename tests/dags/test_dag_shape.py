@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
-from airflow_iceberg.health import HealthTriggers
+from airflow_iceberg.health import HealthThresholds
 
 CHAIN = [
     "check_run_params",
@@ -61,13 +61,13 @@ def test_both_rewrites_run_in_one_task_data_files_first_as_the_plan_says():
     assert make_dag().get_task("record_run").rewrite_task_id == "rewrite_files"
 
 
-def test_health_triggers_reach_the_plan_and_the_full_rewrite_plans_without_them():
+def test_health_thresholds_reach_the_plan_and_the_full_rewrite_plans_without_them():
     health = {"min_small_files": 3, "max_delete_ratio": 0.5, "max_delete_age_minutes": 5, "small_file_ratio": 0.5}
     plan = make_dag(health=health).get_task("plan_compaction")
-    assert (plan.triggers.min_small_files, plan.triggers.max_delete_ratio) == (3, 0.5)
-    assert (plan.triggers.max_delete_age_minutes, plan.triggers.small_file_ratio) == (5, 0.5)
-    assert make_dag(health={"enabled": False}).get_task("plan_compaction").triggers is None
-    assert make_full_rewrite_dag().get_task("plan_compaction").triggers is None
+    assert (plan.thresholds.min_small_files, plan.thresholds.max_delete_ratio) == (3, 0.5)
+    assert (plan.thresholds.max_delete_age_minutes, plan.thresholds.small_file_ratio) == (5, 0.5)
+    assert make_dag(health={"enabled": False}).get_task("plan_compaction").thresholds is None
+    assert make_full_rewrite_dag().get_task("plan_compaction").thresholds is None
 
 
 def test_a_predicate_per_procedure_reaches_each_rewrite_and_the_check():
@@ -253,7 +253,7 @@ def test_by_default_the_compaction_dag_runs_on_its_tables_health_watch():
     assert asset.name == "iceberg_health__lake__sales__orders"
     assert (trigger.table, trigger.dag_id) == ("lake.sales.orders", dag.dag_id)
     assert trigger.shared_stream_key()[1:] == ("lake", "write_gate_default", 60.0)
-    assert trigger.triggers == HealthTriggers(small_file_ratio=0.75, min_small_files=12, max_delete_ratio=0.1,
+    assert trigger.thresholds == HealthThresholds(small_file_ratio=0.75, min_small_files=12, max_delete_ratio=0.1,
                                               max_delete_age_minutes=60.0)  # fmt: skip
 
 
@@ -262,7 +262,7 @@ def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():
     assert dag.schedule.timetable.expression == "0 0 * * *"  # @daily
     (watcher,) = dag.schedule.asset_condition.watchers
     assert (watcher.trigger.poll_interval, watcher.trigger.cooldown_minutes) == (30.0, 2.0)
-    assert watcher.trigger.triggers.min_small_files == 5
+    assert watcher.trigger.thresholds.min_small_files == 5
 
 
 def test_without_the_watch_the_schedule_is_the_cron_alone():

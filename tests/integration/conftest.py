@@ -171,7 +171,7 @@ def suite_defaults() -> dict[str, Any]:
         "poke_interval": 1,
         "lease_seconds": 600,
         # Tests' tables are small: a partition needs work from two small files or any delete file. The planning
-        # tests set their own triggers. Runs start when a test starts them: the health-watch tests turn it on.
+        # tests set their own thresholds. Runs start when a test starts them: the health-watch tests turn it on.
         "health": {"min_small_files": 2, "max_delete_age_minutes": 0, "watch": False},
         "spark": {"jars": jars, "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}},
     }

@@ -143,10 +143,10 @@ def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
 def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
     kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path
 ):
-    # The table's real health triggers (the suite's are for tiny tables), and a wait that only the writer's
+    # The table's real health thresholds (the suite's are for tiny tables), and a wait that only the writer's
     # acknowledgement ends: no rewrite starts beside a checkpoint still in flight.
-    triggers = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
-    settings = {"idle_seconds": 600, "health": {"watch": False, **triggers}}
+    thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
+    settings = {"idle_seconds": 600, "health": {"watch": False, **thresholds}}
     config = table_config(cdc_table, **settings)
     where = {procedure: None for procedure in PROCEDURES}
     topic = f"changes_{unique_name}"
@@ -162,7 +162,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
             # Runs that the table's own health would start: the upserts made it need work again.
             job.wait_for(
                 lambda: plan_table(load(cdc_table), cdc_table,
-                                   config.health.triggers(), where)[1].decision == "compact",
+                                   config.health.thresholds(), where)[1].decision == "compact",
                 "the table's health asking for a compaction", timeout=120,
             )  # fmt: skip
             run = compaction_dag(cdc_table, **settings).test()
@@ -191,7 +191,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
         assert rewrites, f"compaction {number} committed no rewrite while the gate was closed"
         folded = as_of(cdc_table, rewrites[-1].snapshot_id)
         after = TableStats.read_at(folded)
-        health, plan = plan_table(folded, cdc_table, config.health.triggers(), where)
+        health, plan = plan_table(folded, cdc_table, config.health.thresholds(), where)
         print(
             f"compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
             f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}, "

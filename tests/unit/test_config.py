@@ -228,7 +228,7 @@ def test_where_per_procedure_names_a_bad_procedure_or_an_empty_predicate():
 
 
 def test_health_triggers_are_checked():
-    assert TableConfig(table="lake.db.a").health.triggers().min_small_files == 12
+    assert TableConfig(table="lake.db.a").health.thresholds().min_small_files == 12
     with pytest.raises(ValidationError, match="small_file_ratio"):
         TableConfig(table="lake.db.a", health={"small_file_ratio": 2})
     with pytest.raises(ValidationError, match="min_small_files"):

@@ -1,4 +1,4 @@
-"""Table health and the plan: the triggers, the skip, partition predicates, and reading real metadata."""
+"""Table health and the plan: the thresholds, the skip, partition predicates, and reading real metadata."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from airflow_iceberg.health import (
     MAX_NARROWED_PARTITIONS,
-    HealthTriggers,
+    HealthThresholds,
     PartitionHealth,
     TableHealth,
     _condition,
@@ -22,7 +22,7 @@ from airflow_iceberg.health import (
 
 NOW_MS = 1_800_000_000_000
 MINUTE_MS = 60_000
-TRIGGERS = HealthTriggers(small_file_ratio=0.75, min_small_files=4, max_delete_ratio=0.1, max_delete_age_minutes=60)
+THRESHOLDS = HealthThresholds(small_file_ratio=0.75, min_small_files=4, max_delete_ratio=0.1, max_delete_age_minutes=60)
 
 
 def partition(dt: str, **counts) -> PartitionHealth:
@@ -96,8 +96,8 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
         "dangling-deletes-never-trigger",
     ],  # fmt: skip
 )
-def test_a_partition_needs_work_exactly_when_a_trigger_is_met(counts, reasons):
-    assert partition_reasons(partition("20240620", **counts), TRIGGERS, NOW_MS) == reasons
+def test_a_partition_needs_work_exactly_when_a_threshold_is_met(counts, reasons):
+    assert partition_reasons(partition("20240620", **counts), THRESHOLDS, NOW_MS) == reasons
 
 
 @pytest.mark.parametrize(
@@ -110,11 +110,11 @@ def test_a_partition_needs_work_exactly_when_a_trigger_is_met(counts, reasons):
     ],
     ids=["unset-as-in-flink", "file-count", "record-count", "below-both"],
 )
-def test_flinks_equality_delete_triggers_apply_only_when_set(limits, reasons):
-    triggers = HealthTriggers(min_small_files=12, max_delete_ratio=1.0, max_delete_age_minutes=600, **limits)
+def test_flinks_equality_delete_thresholds_apply_only_when_set(limits, reasons):
+    thresholds = HealthThresholds(min_small_files=12, max_delete_ratio=1.0, max_delete_age_minutes=600, **limits)
     health = partition("20240620", data_files=1, equality_delete_files=2, data_records=100, delete_records=8,
                        equality_delete_records=8, oldest_delete_ms=NOW_MS)  # fmt: skip
-    assert partition_reasons(health, triggers, NOW_MS) == reasons
+    assert partition_reasons(health, thresholds, NOW_MS) == reasons
 
 
 @pytest.mark.parametrize(
@@ -155,14 +155,14 @@ def test_partitions_with_equality_deletes_have_every_data_file_rewritten_so_the_
     small_only = partition("20240620", data_files=4, small_files=4)
     equality = partition("20240621", data_files=2, small_files=1, equality_delete_files=3, data_records=100,
                          delete_records=3, equality_delete_records=3, oldest_delete_ms=NOW_MS)  # fmt: skip
-    assert make_plan(table_health(small_only), TRIGGERS, where).options == {}
-    plan = make_plan(table_health(small_only, equality), TRIGGERS, where)
+    assert make_plan(table_health(small_only), THRESHOLDS, where).options == {}
+    plan = make_plan(table_health(small_only, equality), THRESHOLDS, where)
     assert plan.options == {"rewrite_data_files": {"rewrite-all": True}}
     assert plan.partitions["rewrite_data_files"] == ["dt=20240620", "dt=20240621"]
 
 
 def test_with_no_partition_needing_work_the_plan_skips_and_says_why():
-    plan = make_plan(table_health(partition("20240620", data_files=2, small_files=2)), TRIGGERS,
+    plan = make_plan(table_health(partition("20240620", data_files=2, small_files=2)), THRESHOLDS,
                      {"rewrite_data_files": None, "rewrite_position_delete_files": None})  # fmt: skip
     assert (plan.decision, plan.predicates, plan.partitions) == ("skip", {}, {})
     assert plan.reason.startswith("no partition needs work: none has 4 small files (under 768 bytes)")
@@ -176,7 +176,7 @@ def test_each_rewrite_is_narrowed_to_the_partitions_that_need_it_within_its_wher
     healthy = partition("20240620", data_files=1, small_files=1)
     where = {"rewrite_data_files": "dt >= '20240621'", "rewrite_position_delete_files": None}
 
-    plan = make_plan(table_health(healthy, small, deletes), TRIGGERS, where)
+    plan = make_plan(table_health(healthy, small, deletes), THRESHOLDS, where)
 
     assert plan.decision == "compact" and plan.reason == "2 of 3 partitions need work"
     assert plan.partitions == {
@@ -193,20 +193,20 @@ def test_each_rewrite_is_narrowed_to_the_partitions_that_need_it_within_its_wher
 def test_partitions_outside_a_rewrites_where_are_left_to_it_and_may_skip_the_run():
     small = partition("20240601", data_files=6, small_files=6)
     outside = {"rewrite_data_files": lambda p: p.partition["dt"] >= "20240620"}
-    plan = make_plan(table_health(small), TRIGGERS, {"rewrite_data_files": "dt >= '20240620'"}, in_scope=outside)
+    plan = make_plan(table_health(small), THRESHOLDS, {"rewrite_data_files": "dt >= '20240620'"}, in_scope=outside)
     assert plan.decision == "skip"
     assert plan.reason == "the partitions that need work are outside every rewrite's where"
 
 
 def test_force_runs_every_rewrite_with_its_where_unchanged_and_still_reports_health():
     where = {"rewrite_data_files": "dt >= '20240620'", "rewrite_position_delete_files": None}
-    plan = make_plan(table_health(partition("20240620", data_files=1, small_files=1)), TRIGGERS, where, force=True)
+    plan = make_plan(table_health(partition("20240620", data_files=1, small_files=1)), THRESHOLDS, where, force=True)
     assert (plan.decision, plan.predicates) == ("force", where)
     assert plan.health["partitions"] == 1
 
 
 def test_an_empty_table_skips():
-    plan = make_plan(table_health(), TRIGGERS, {"rewrite_data_files": None})
+    plan = make_plan(table_health(), THRESHOLDS, {"rewrite_data_files": None})
     assert (plan.decision, plan.reason) == ("skip", "the table has no files")
 
 
@@ -297,10 +297,10 @@ def test_health_read_from_a_real_tables_manifests(tmp_path):
 def test_more_partitions_than_a_predicate_names_one_by_one_take_the_rewrites_whole_where():
     """A backlog of many partitions never makes a predicate too long for a command line, or a record too long."""
     backlog = [partition(f"2024{i:04d}", data_files=6, small_files=6) for i in range(MAX_NARROWED_PARTITIONS + 1)]
-    plan = make_plan(table_health(*backlog), TRIGGERS, {"rewrite_data_files": "dt >= '2024'"})
+    plan = make_plan(table_health(*backlog), THRESHOLDS, {"rewrite_data_files": "dt >= '2024'"})
     assert plan.decision == "compact"
     assert plan.predicates == {"rewrite_data_files": "dt >= '2024'"}
     labels = plan.partitions["rewrite_data_files"]
     assert len(labels) == MAX_NARROWED_PARTITIONS + 1 and labels[-1] == "... 1 more"
-    few = make_plan(table_health(*backlog[:MAX_NARROWED_PARTITIONS]), TRIGGERS, {"rewrite_data_files": None})
+    few = make_plan(table_health(*backlog[:MAX_NARROWED_PARTITIONS]), THRESHOLDS, {"rewrite_data_files": None})
     assert few.predicates["rewrite_data_files"].count("`dt` = ") == MAX_NARROWED_PARTITIONS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg.health import HealthTriggers, ManifestRead, Plan, SnapshotFacts, screen
+from airflow_iceberg.health import HealthThresholds, ManifestRead, Plan, SnapshotFacts, screen
 
-TRIGGERS = HealthTriggers(min_small_files=12, max_delete_age_minutes=60)
+THRESHOLDS = HealthThresholds(min_small_files=12, max_delete_age_minutes=60)
 MINUTE_MS = 60_000
 
 
@@ -40,45 +40,45 @@ def test_a_snapshot_without_an_added_count_added_none_as_iceberg_writes_it():
 @pytest.mark.parametrize("current", [-1, None])
 def test_a_table_without_a_snapshot_is_healthy_without_any_read(current):
     facts = SnapshotFacts.from_metadata({"current-snapshot-id": current, "snapshots": []})
-    assert screen(facts, None, TRIGGERS) == (False, "no snapshot yet")
+    assert screen(facts, None, THRESHOLDS) == (False, "no snapshot yet")
 
 
 def test_fewer_data_files_than_a_partition_needs_is_healthy_for_sure():
-    must_read, why = screen(SnapshotFacts(7, data_files=11, delete_files=0), None, TRIGGERS)
+    must_read, why = screen(SnapshotFacts(7, data_files=11, delete_files=0), None, THRESHOLDS)
     assert not must_read and "11 data files in all" in why
 
 
 def test_enough_data_files_may_need_work_so_the_manifests_are_read():
-    must_read, why = screen(SnapshotFacts(7, data_files=12, delete_files=0), None, TRIGGERS)
+    must_read, why = screen(SnapshotFacts(7, data_files=12, delete_files=0), None, THRESHOLDS)
     assert must_read and "up to 12 small files" in why
 
 
 def test_any_delete_file_calls_for_a_read():
-    assert screen(SnapshotFacts(7, data_files=1, delete_files=1), None, TRIGGERS) == (True, "1 delete files")
+    assert screen(SnapshotFacts(7, data_files=1, delete_files=1), None, THRESHOLDS) == (True, "1 delete files")
 
 
 def test_missing_totals_call_for_a_read():
-    assert screen(SnapshotFacts(7), None, TRIGGERS)[0]
+    assert screen(SnapshotFacts(7), None, THRESHOLDS)[0]
 
 
 def test_a_big_table_read_once_stays_healthy_while_few_files_are_added():
     last = ManifestRead(snapshot_id=5, max_small_files=3, oldest_delete_ms=None, plan=plan("skip"))
     facts = SnapshotFacts(9, data_files=5000, delete_files=0, added_since={8: 2, 5: 8})
-    must_read, why = screen(facts, last, TRIGGERS)
+    must_read, why = screen(facts, last, THRESHOLDS)
     assert not must_read and "at most 3 small in a partition at the last read, 8 data files added since" in why
     # One more file could make a partition of 3 + 9 = 12 small files.
-    assert screen(SnapshotFacts(10, 5001, 0, {9: 1, 5: 9}), last, TRIGGERS)[0]
+    assert screen(SnapshotFacts(10, 5001, 0, {9: 1, 5: 9}), last, THRESHOLDS)[0]
 
 
 def test_a_last_read_no_longer_in_the_history_gives_no_bound():
     last = ManifestRead(snapshot_id=4, max_small_files=0, oldest_delete_ms=None, plan=plan("skip"))
-    assert screen(SnapshotFacts(9, 5000, 0, {8: 2, 5: 8}), last, TRIGGERS)[0]
+    assert screen(SnapshotFacts(9, 5000, 0, {8: 2, 5: 8}), last, THRESHOLDS)[0]
 
 
 def test_a_delete_file_comes_of_age_with_time_alone():
     now = 1_800_000_000_000
     last = ManifestRead(snapshot_id=5, max_small_files=0, oldest_delete_ms=now - 59 * MINUTE_MS, plan=plan("skip"))
-    assert not last.delete_age_due(TRIGGERS, now)
-    assert last.delete_age_due(TRIGGERS, now + MINUTE_MS)
+    assert not last.delete_age_due(THRESHOLDS, now)
+    assert last.delete_age_due(THRESHOLDS, now + MINUTE_MS)
     already = ManifestRead(5, 0, now - 120 * MINUTE_MS, plan("compact"))
-    assert not already.delete_age_due(TRIGGERS, now)  # it needs work already: nothing new to read
+    assert not already.delete_age_due(THRESHOLDS, now)  # it needs work already: nothing new to read

@@ -42,7 +42,7 @@ def test_it_serializes_to_the_arguments_that_rebuild_it():
     assert path == "airflow_iceberg.triggers.table_health.TableHealthTrigger"
     assert TableHealthTrigger(**kwargs).serialize() == (path, kwargs)
     rebuilt = TableHealthTrigger(**kwargs)
-    assert (rebuilt.triggers.min_small_files, rebuilt.options) == (4, {"target-file-size-bytes": 1 << 20})
+    assert (rebuilt.thresholds.min_small_files, rebuilt.options) == (4, {"target-file-size-bytes": 1 << 20})
     assert rebuilt.where == {"rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'",
                              "rewrite_position_delete_files": None}  # fmt: skip
 
