@@ -9,15 +9,18 @@
 # make bench-fleet  1,000 healthy tables watched by a live Airflow's triggerer: runs, CPU against the same Airflow
 #             idle and against cron mode, and one run for each table a writer makes need work (about an hour)
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
-# make unit   the fast tests only (no servers), Java and Python; make docs  refresh the generated blocks in docs/
+# make unit   the fast tests only (no servers), Java and Python
+# make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
+#             the docs site with --strict into build/site (make site: the build alone, which make test runs)
 # make java-test  the Flink module's JUnit tests (`mvn verify` on flink/pom.xml)
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
+MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit java-test lint bench bench-parse bench-fleet faults docs clean
+.PHONY: setup demo test unit java-test lint bench bench-parse bench-fleet faults docs site clean
 
 setup:
 	@bash scripts/setup.sh
@@ -31,7 +34,7 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cdc
 
-test: setup lint java-test
+test: setup lint site java-test
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
 
 java-test: setup
@@ -56,6 +59,10 @@ faults: setup
 
 docs: setup
 	@$(ENV) $(PY) -m devkit.docs
+	@$(MKDOCS)
+
+site: setup
+	@$(MKDOCS)
 
 clean:
 	rm -rf build .venv ui/node_modules airflow_iceberg/plugins/static

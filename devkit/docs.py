@@ -1,28 +1,170 @@
-"""``make docs``: put the gate's schema and the writer's statements into the docs from their one source.
+"""``make docs``: put the gate's schema, the writer's statements and the table list's settings into the docs from
+their one source.
 
 Blocks between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` are rewritten from the source NAME
-stands for; everything else in the files is left as written. ``tests/unit/test_docs.py`` fails while a block
-differs from its source.
+stands for; everything else in the files is left as written. Each source says how it is shown: the SQL ones in a
+``sql`` fence, the settings reference (rendered from the pydantic models of ``airflow_iceberg/config.py``) as
+markdown tables. ``tests/unit/test_docs.py`` fails while a block differs from its source.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import types
+from dataclasses import dataclass
+from datetime import date
 from importlib.resources import files
 from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from airflow_iceberg.core import gate_protocol as write_gate
+import annotated_types
+from pydantic import BaseModel, PlainSerializer
+from pydantic.fields import FieldInfo
+
+from airflow_iceberg import config
+from airflow_iceberg.core import gate_protocol
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end: \2 -->)", re.DOTALL)
 
+#: The name of the block that lists every setting of the table list.
+SETTINGS_BLOCK = "table-list-settings"
+#: The table list's models, in the order the reference shows them, each with where it sits in an entry.
+SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
+    ("an entry of `tables` (and `defaults`)", config.TableConfig),
+    ("`health`", config.HealthConfig),
+    ("`full_rewrite`", config.FullRewriteConfig),
+    ("`full_rewrite.partition`", config.PartitionOfDay),
+    ("`table_care`", config.TableCareConfig),
+    ("`spark`", config.SparkSettings),
+]
 
-def sources() -> dict[str, str]:
-    """Each block name and the text its block shows."""
-    statements = {name: value + "\n" for name, value in vars(write_gate).items() if name.endswith("_SQL")}
-    return {SCHEMA_FILE: files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text(), **statements}
+
+@dataclass(frozen=True)
+class Source:
+    """The text a generated block shows, and how: in a fence of ``fence``'s language, or as markdown (None)."""
+
+    text: str
+    fence: str | None = "sql"
+
+    def block(self) -> str:
+        if self.fence is None:
+            return f"\n{self.text}\n"
+        return f"```{self.fence}\n{self.text}```\n"
+
+
+def sources() -> dict[str, Source]:
+    """Each block name and what its block shows."""
+    schema = files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text()
+    statements = {name: Source(value + "\n") for name, value in vars(gate_protocol).items() if name.endswith("_SQL")}
+    return {SCHEMA_FILE: Source(schema), **statements, SETTINGS_BLOCK: Source(settings_reference(), fence=None)}
+
+
+# --- The table list's settings ---------------------------------------------------------------------------------
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _anchor(model: type[BaseModel]) -> str:
+    return model.__name__.lower()
+
+
+def type_name(annotation: Any) -> str:
+    """``annotation`` as a reader writes it: ``int | None``, ``dict[str, str]``, ``'day' | None``."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return type_name(args[0])
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(arg) for arg in args)
+    if origin is Literal:
+        return " | ".join(repr(arg) for arg in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(type_name(arg) for arg in args)}]"
+    if annotation is type(None):
+        return "None"
+    if annotation is Any:
+        return "Any"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _field_type(field: FieldInfo) -> str:
+    annotation = field.annotation
+    if any(isinstance(item, PlainSerializer) and item.return_type is str for item in field.metadata):
+        annotation = str  # parsed from a string, written back as one (the table's name)
+    members = get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    if any(_is_model(member) for member in members):  # a nested model links to its own table
+        shown = " or ".join(
+            f"[`{member.__name__}`](#{_anchor(member)})" if _is_model(member) else f"`{type_name(member)}`"
+            for member in members
+        )
+    else:
+        shown = f"`{type_name(annotation)}`"
+    bounds = []
+    for item in field.metadata:
+        for attribute, sign in _BOUNDS.items():
+            if isinstance(item, annotated_types.BaseMetadata) and getattr(item, attribute, None) is not None:
+                bounds.append(f"{sign} {getattr(item, attribute)}")
+    return shown + (f", {', '.join(bounds)}" if bounds else "")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, BaseModel):
+        return f"its own defaults, [below](#{_anchor(type(value))})"
+    if value is None:
+        return "`null`"
+    if isinstance(value, date):
+        return f"`{value.isoformat()}`"
+    return f"`{json.dumps(value)}`"
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    if field.default_factory is not None:
+        return _value(field.default_factory())  # type: ignore[call-arg]
+    return _value(field.default)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _description(field: FieldInfo) -> str:
+    if field.description:
+        return _cell(field.description)
+    if _is_model(field.annotation):
+        return _cell((field.annotation.__doc__ or "").strip().split("\n\n")[0])
+    return ""
+
+
+def settings_table(model: type[BaseModel]) -> str:
+    """One markdown table of ``model``'s fields: setting, type, default, description."""
+    rows = ["| setting | type | default | description |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        rows.append(f"| `{name}` | {_field_type(field)} | {_default(field)} | {_description(field)} |")
+    return "\n".join(rows) + "\n"
+
+
+def settings_reference() -> str:
+    """Every setting of the table list, one section and table per model."""
+    sections = []
+    for where, model in SETTINGS_MODELS:
+        summary = _cell((model.__doc__ or "").strip().split("\n\n")[0])
+        sections.append(
+            f"### {where}: `{model.__name__}` {{#{_anchor(model)}}}\n\n{summary}\n\n{settings_table(model)}"
+        )
+    return "\n".join(sections)
+
+
+# --- Rendering -------------------------------------------------------------------------------------------------
 
 
 def render(text: str) -> str:
@@ -33,7 +175,7 @@ def render(text: str) -> str:
         name = match.group(2)
         if name not in known:
             raise KeyError(f"generated block {name!r} has no source; known: {', '.join(known)}")
-        return f"{match.group(1)}```sql\n{known[name]}```\n{match.group(4)}"
+        return f"{match.group(1)}{known[name].block()}{match.group(4)}"
 
     return _BLOCK.sub(block, text)
 

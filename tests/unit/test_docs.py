@@ -1,7 +1,9 @@
-"""The docs show the gate's schema and the writer's statements as their sources define them, never a stale copy."""
+"""The docs show the gate's schema, the writer's statements and the table list's settings as their sources define
+them, never a stale copy."""
 
 from __future__ import annotations
 
+from airflow_iceberg.config import HealthConfig, TableConfig
 from devkit import docs
 
 
@@ -12,11 +14,30 @@ def test_every_generated_block_in_the_docs_matches_its_source():
 def test_the_protocol_doc_shows_the_schema_and_every_protocol_statement():
     text = (docs.DOCS / "write-gate-protocol.md").read_text()
     for name, source in docs.sources().items():
-        assert f"<!-- generated: {name} -->\n```sql\n{source}```" in text, name
+        if source.fence == "sql":
+            assert f"<!-- generated: {name} -->\n```sql\n{source.text}```" in text, name
 
 
 def test_a_changed_source_makes_its_block_stale(monkeypatch):
     text = (docs.DOCS / "write-gate-protocol.md").read_text()
-    monkeypatch.setattr(docs.write_gate, "WRITER_ACK_SQL", "UPDATE somewhere_else SET x = 1")
+    monkeypatch.setattr(docs.gate_protocol, "WRITER_ACK_SQL", "UPDATE somewhere_else SET x = 1")
     rendered = docs.render(text)
     assert rendered != text and "UPDATE somewhere_else SET x = 1" in rendered
+
+
+def test_the_configuration_doc_lists_every_setting_of_an_entry_and_of_health():
+    text = (docs.DOCS / "configuration.md").read_text()
+    name = docs.SETTINGS_BLOCK
+    block = text.split(f"<!-- generated: {name} -->\n")[1].split(f"<!-- end: {name} -->")[0]
+    assert block == docs.sources()[name].block()
+    for model in (TableConfig, HealthConfig):
+        section = block.split(f"`{model.__name__}` {{#")[1].split("\n### ")[0]
+        for name in model.model_fields:
+            assert f"\n| `{name}` |" in section, f"{model.__name__}.{name}"
+
+
+def test_a_changed_setting_description_makes_the_settings_block_stale(monkeypatch):
+    text = (docs.DOCS / "configuration.md").read_text()
+    monkeypatch.setattr(HealthConfig.model_fields["min_small_files"], "description", "Something else now")
+    rendered = docs.render(text)
+    assert rendered != text and "| Something else now |" in rendered
