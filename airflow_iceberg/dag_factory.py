@@ -189,14 +189,22 @@ def _gated_rewrites(
         **_spark_args(config),
     )
     open_gate = OpenWriteGateOperator(
-        task_id="open_gate", table=table, write_gate_conn_id=gate_conn, doc_md=docs.open_gate(config),
+        task_id="open_gate",
+        table=table,
+        write_gate_conn_id=gate_conn,
+        doc_md=docs.open_gate(config),
         **RETRIES["open"],
-    )  # fmt: skip
+    )
     record = RecordRunOperator(
-        task_id="record_run", table=table, iceberg_conn_id=config.catalog_conn_id, write_gate_conn_id=gate_conn,
-        plan_task_id=plan.task_id, rewrite_task_id=rewrite.task_id, doc_md=docs.record_run(config),
+        task_id="record_run",
+        table=table,
+        iceberg_conn_id=config.catalog_conn_id,
+        write_gate_conn_id=gate_conn,
+        plan_task_id=plan.task_id,
+        rewrite_task_id=rewrite.task_id,
+        doc_md=docs.record_run(config),
         **RETRIES["check"],
-    )  # fmt: skip
+    )
     _add(dag, [check, plan, close_gate, wait, rewrite, open_gate, record])
     chain(check, plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
     open_gate >> record.as_teardown(setups=plan)

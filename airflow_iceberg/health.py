@@ -239,8 +239,9 @@ def read_health(
             health.oldest_delete_ms = born
     for key, health in partitions.items():
         last_rewrite = max((seq for seq, _, by_rewrite in added[key] if by_rewrite), default=-1)
-        health.snapshots_since_rewrite = len({sid for seq, sid, by_rewrite in added[key]
-                                              if seq > last_rewrite and not by_rewrite})  # fmt: skip
+        health.snapshots_since_rewrite = len(
+            {sid for seq, sid, by_rewrite in added[key] if seq > last_rewrite and not by_rewrite}
+        )
     ordered = sorted(partitions.values(), key=lambda p: (p.spec_id, p.label))
     return TableHealth(
         table=table,
@@ -400,8 +401,12 @@ def plan_table(
 
     ``options`` are the run's ``rewrite_data_files`` options: their target file size defines small files.
     """
-    health = read_health(iceberg_table, table, small_file_ratio=thresholds.small_file_ratio,
-                         target=target_file_size(iceberg_table, options))  # fmt: skip
+    health = read_health(
+        iceberg_table,
+        table,
+        small_file_ratio=thresholds.small_file_ratio,
+        target=target_file_size(iceberg_table, options),
+    )
     scopes = {p: partition_scope(iceberg_table, w) for p, w in where.items() if w}
     in_scope = {p: s for p, s in scopes.items() if s is not None}
     return health, make_plan(health, thresholds, where, in_scope=in_scope, force=force)
@@ -444,8 +449,14 @@ def make_plan(
     }
     score = sum(p.small_files + p.delete_files for p, _ in unhealthy)
     if force:
-        return Plan("force", "forced by the run's Params: health not consulted", dict(where),
-                    {p: ["(all within its where)"] for p in where}, report, score)  # fmt: skip
+        return Plan(
+            "force",
+            "forced by the run's Params: health not consulted",
+            dict(where),
+            {p: ["(all within its where)"] for p in where},
+            report,
+            score,
+        )
     predicates: dict[str, str | None] = {}
     partitions: dict[str, list[str]] = {}
     options: dict[str, dict[str, Any]] = {}
@@ -670,8 +681,10 @@ def screen(facts: SnapshotFacts, last_read: ManifestRead | None, thresholds: Hea
         since = last_read.max_small_files + facts.added_since[last_read.snapshot_id]
         if since < bound:
             bound = since
-            basis = (f"at most {last_read.max_small_files} small in a partition at the last read, "
-                     f"{facts.added_since[last_read.snapshot_id]} data files added since")  # fmt: skip
+            basis = (
+                f"at most {last_read.max_small_files} small in a partition at the last read, "
+                f"{facts.added_since[last_read.snapshot_id]} data files added since"
+            )
     if bound >= thresholds.min_small_files:
         return True, f"up to {bound} small files in a partition ({basis}; needs {thresholds.min_small_files})"
     return False, f"healthy: no delete files, {basis} (a partition needs {thresholds.min_small_files} small files)"

@@ -52,8 +52,7 @@ class TableSummary:
     @property
     def last_compaction(self) -> dict[str, Any] | None:
         """The newest run that closed the gate to rewrite (whatever its outcome), or None."""
-        return next((r for r in reversed(self.runs) if r["decision"] in COMPACTING and r["outcome"] != "dry_run"),
-                    None)  # fmt: skip
+        return next((r for r in reversed(self.runs) if r["decision"] in COMPACTING and r["outcome"] != "dry_run"), None)
 
 
 def summarize(tables: Iterable[Any], *, threads: int = 8) -> list[TableSummary]:
@@ -232,8 +231,7 @@ def chart_png(summary: TableSummary, chart: str) -> bytes:
         figure.autofmt_xdate()
     else:
         paused = [r for r in summary.runs if r["gate_closed_seconds"] is not None]
-        axes.bar([str(i + 1) for i in range(len(paused))], [r["gate_closed_seconds"] for r in paused],
-                 color="tab:red")  # fmt: skip
+        axes.bar([str(i + 1) for i in range(len(paused))], [r["gate_closed_seconds"] for r in paused], color="tab:red")
         axes.set_title(f"{summary.table}: seconds writers were paused, per run")
         axes.set_xlabel("run (oldest first)")
         axes.set_ylabel("s")

@@ -53,8 +53,15 @@ def write_cdc_table(table: TableName, keys: int, buckets: int, eq_delete_files: 
     with KafkaBroker(work / "kafka") as kafka:
         topic = "bench_changes"
         kafka.create_topic(topic, partitions=PARALLELISM)
-        job = CdcJob(work / "flink", kafka=kafka, topic=topic, table=str(table), writer_id="bench_cdc",
-                     parallelism=PARALLELISM, gate_conn_id=WriteGateHook.default_conn_name)  # fmt: skip
+        job = CdcJob(
+            work / "flink",
+            kafka=kafka,
+            topic=topic,
+            table=str(table),
+            writer_id="bench_cdc",
+            parallelism=PARALLELISM,
+            gate_conn_id=WriteGateHook.default_conn_name,
+        )
         stream = ChangeStream(kafka, topic, keys)
         started = time.monotonic()
         job.start()
@@ -71,9 +78,11 @@ def write_cdc_table(table: TableName, keys: int, buckets: int, eq_delete_files: 
             job.stop()
         streamed_s = time.monotonic() - started
     stats = TableStats.read(CATALOG_CONN, table)
-    print(f"    {stream.produced} changes in {streamed_s:.0f} s: {stats.data_files} data files, "
-          f"{stats.equality_delete_files} equality-delete and {stats.position_delete_files} position-delete "
-          "files")  # fmt: skip
+    print(
+        f"    {stream.produced} changes in {streamed_s:.0f} s: {stats.data_files} data files, "
+        f"{stats.equality_delete_files} equality-delete and {stats.position_delete_files} position-delete "
+        "files"
+    )
     return {
         "changes": stream.produced,
         "streamed_s": streamed_s,
@@ -119,24 +128,36 @@ def report(written: dict[str, Any], measured: dict[str, Any], cores: int | None)
     ratio = measured["scan_before_s"] / measured["scan_after_s"]
     mb = measured["rewritten_bytes"] / 1e6
     print()
-    print(f"a CDC table's compaction: figures (Spark {f'local[{cores}]' if cores else 'not local'}; "
-          f"os.cpu_count() = {os.cpu_count()})")  # fmt: skip
+    print(
+        f"a CDC table's compaction: figures (Spark {f'local[{cores}]' if cores else 'not local'}; "
+        f"os.cpu_count() = {os.cpu_count()})"
+    )
     print("| what | figure | goal |")
     print("|---|---:|---|")
-    print(f"| written by the Flink upsert job: {written['changes']} changes in {written['streamed_s']:.0f} s | "
-          f"{written['data_files']} data files, {written['equality_delete_files']} equality-delete files, "
-          f"{written['position_delete_files']} position-delete files | >= 500 equality-delete files |")  # fmt: skip
-    print(f"| {REWRITE_TASK_ID} task: {mb:.1f} MB in {measured['rewritten_files']} files -> "
-          f"{measured['files_after']}, {measured['removed_delete_files']} delete files removed, "
-          f"{measured['task_s']:.1f} s (Spark start-up included) | {per_core(measured['task_s'])} | |")  # fmt: skip
-    print(f"| bare CALL, whole spark-submit: {measured['bare_wall_s']:.1f} s (Spark start-up included) | "
-          f"{per_core(measured['bare_wall_s'])} | |")  # fmt: skip
-    print(f"| bare CALL, statement alone: {measured['bare_statement_s']:.1f} s | "
-          f"{per_core(measured['bare_statement_s'])} | |")  # fmt: skip
+    print(
+        f"| written by the Flink upsert job: {written['changes']} changes in {written['streamed_s']:.0f} s | "
+        f"{written['data_files']} data files, {written['equality_delete_files']} equality-delete files, "
+        f"{written['position_delete_files']} position-delete files | >= 500 equality-delete files |"
+    )
+    print(
+        f"| {REWRITE_TASK_ID} task: {mb:.1f} MB in {measured['rewritten_files']} files -> "
+        f"{measured['files_after']}, {measured['removed_delete_files']} delete files removed, "
+        f"{measured['task_s']:.1f} s (Spark start-up included) | {per_core(measured['task_s'])} | |"
+    )
+    print(
+        f"| bare CALL, whole spark-submit: {measured['bare_wall_s']:.1f} s (Spark start-up included) | "
+        f"{per_core(measured['bare_wall_s'])} | |"
+    )
+    print(
+        f"| bare CALL, statement alone: {measured['bare_statement_s']:.1f} s | "
+        f"{per_core(measured['bare_statement_s'])} | |"
+    )
     print(f"| rewrite task / bare spark-submit | {measured['task_s'] / measured['bare_wall_s']:.2f} | |")
-    print(f"| full scan of {measured['rows']} rows, best of {REPEATS}: {measured['scan_before_s']:.2f} s before, "
-          f"{measured['scan_after_s']:.2f} s after | {ratio:.1f}x faster | >= {SCAN_GOAL:g}x: "
-          f"{verdict(ratio >= SCAN_GOAL)} |")  # fmt: skip
+    print(
+        f"| full scan of {measured['rows']} rows, best of {REPEATS}: {measured['scan_before_s']:.2f} s before, "
+        f"{measured['scan_after_s']:.2f} s after | {ratio:.1f}x faster | >= {SCAN_GOAL:g}x: "
+        f"{verdict(ratio >= SCAN_GOAL)} |"
+    )
     print(f"| equality-delete files after | {measured['equality_delete_files_after']} | 0 |")
 
 
@@ -164,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     drop_table(CATALOG_CONN, CDC_DAG)
     WriteGateHook(configs[CDC_DAG].write_gate_conn_id).force_open(CDC_DAG, "make bench recreates the table")
     try:
-        print(f"==> {CDC_DAG}: changes to {args.keys} keys through Kafka and Flink's upsert sink, until "
-              f"{args.equality_delete_files} equality-delete files")  # fmt: skip
+        print(
+            f"==> {CDC_DAG}: changes to {args.keys} keys through Kafka and Flink's upsert sink, until "
+            f"{args.equality_delete_files} equality-delete files"
+        )
         written = write_cdc_table(CDC_DAG, args.keys, args.buckets, args.equality_delete_files, work)
         register_copy(CDC_DAG, CDC_BARE)
         print(f"==> {CDC_BARE}: registered on its metadata; scans, the DAG's rewrite, the bare CALL, scans")

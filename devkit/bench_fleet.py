@@ -174,8 +174,10 @@ def writer_phase(airflow: LiveAirflow, fleet: list[TableName], args: argparse.Na
     def started() -> dict[TableName, tuple[str, datetime]] | None:
         found = {}
         for table in chosen:
-            rows = airflow.query("SELECT run_id, start_date FROM dag_run WHERE dag_id = %s AND start_date IS NOT NULL",
-                                 compaction_dag_id(table))  # fmt: skip
+            rows = airflow.query(
+                "SELECT run_id, start_date FROM dag_run WHERE dag_id = %s AND start_date IS NOT NULL",
+                compaction_dag_id(table),
+            )
             if not rows:
                 return None
             found[table] = rows[0]
@@ -204,7 +206,7 @@ def writer_phase(airflow: LiveAirflow, fleet: list[TableName], args: argparse.Na
             runs_after_compaction - runs_before == len(chosen)
             and set(states) == {"success"}
             and set(files.values()) == {1},
-        ),  # fmt: skip
+        ),
         verdict(
             f"each run starts within two poll intervals ({2 * args.poll_interval:.0f} s) of its commit",
             max(delays.values()) <= 2 * args.poll_interval,
@@ -225,8 +227,9 @@ def list_page_seconds(airflow: LiveAirflow, requests_: int = 10) -> list[float]:
     taken = []
     for _ in range(requests_):
         began = time.perf_counter()
-        response = requests.get(f"{airflow.url}{URL_PREFIX}/api/tables", params={"page_size": 50}, headers=headers,
-                                timeout=120)  # fmt: skip
+        response = requests.get(
+            f"{airflow.url}{URL_PREFIX}/api/tables", params={"page_size": 50}, headers=headers, timeout=120
+        )
         taken.append(time.perf_counter() - began)
         assert response.ok, f"the list answered {response.status_code}: {response.text[:500]}"
         listed = response.json()["summary"]["tables"]
@@ -262,15 +265,16 @@ def main(argv: list[str] | None = None) -> int:
     with live_airflow(work / "watch", fleet, "watch", args, paused=True) as airflow:
         time.sleep(args.warm_up)
         idle_cpu, idle_runs, idle_wall = window(airflow, args.window, "idle")
-        print(f"  idle: {idle_cpu:.1f} CPU s in {idle_wall:.0f} s ({idle_cpu / idle_wall:.3f} cores), "
-              f"{idle_runs} runs")  # fmt: skip
+        print(f"  idle: {idle_cpu:.1f} CPU s in {idle_wall:.0f} s ({idle_cpu / idle_wall:.3f} cores), {idle_runs} runs")
         since = datetime.now(timezone.utc)
         unpause_all(airflow)
         airflow.wait_for("every table checked", lambda: all_checked_since(fleet, since), 1800, every=5)
         time.sleep(args.warm_up)
         watch_cpu, watch_runs, watch_wall = window(airflow, args.window, "watching")
-        print(f"  watching: {watch_cpu:.1f} CPU s in {watch_wall:.0f} s ({watch_cpu / watch_wall:.3f} cores), "
-              f"{watch_runs} runs")  # fmt: skip
+        print(
+            f"  watching: {watch_cpu:.1f} CPU s in {watch_wall:.0f} s ({watch_cpu / watch_wall:.3f} cores), "
+            f"{watch_runs} runs"
+        )
         whole = [s for s in sweeps(airflow) if s[0] == len(fleet)]
         steady = sorted(seconds for _, seconds, read in whole if read == 0)
         reading = max(whole, key=lambda s: s[2], default=(0, 0.0, 0))
@@ -292,25 +296,39 @@ def main(argv: list[str] | None = None) -> int:
     idle_rate = idle_cpu / idle_wall
     ratio = (watch_cpu / watch_wall) / idle_rate
     print()
-    print(f"Fleet of {len(fleet)} healthy tables, health polled every {args.poll_interval:.0f} s, windows of "
-          f"{args.window:.0f} s (2-core machine; CPU of the whole tree airflow standalone starts)")  # fmt: skip
+    print(
+        f"Fleet of {len(fleet)} healthy tables, health polled every {args.poll_interval:.0f} s, windows of "
+        f"{args.window:.0f} s (2-core machine; CPU of the whole tree airflow standalone starts)"
+    )
     print(f"  DAG runs created while every table is healthy: {watch_runs}")
-    print(f"  CPU, watching: {watch_cpu:.1f} s; idle (the same DAG files, every DAG paused): {idle_cpu:.1f} s; "
-          f"watching / idle: {ratio:.2f}")  # fmt: skip
-    print(f"  for reference, DAG files that schedule nothing (no asset, no watcher, no cron): {bare_cpu:.1f} s; "
-          f"watching / that: {(watch_cpu / watch_wall) / (bare_cpu / bare_wall):.2f}")  # fmt: skip
-    print(f"  CPU per table check, watching: {watch_per_check * 1000:.2f} ms (all of Airflow's CPU / checks); "
-          f"over idle: {max(0.0, watch_cpu - idle_rate * watch_wall) / checks * 1000:.2f} ms")  # fmt: skip
-    print(f"  cron mode, {args.cron_tables} tables every minute: {finished / (cron_wall / 60):.1f} runs finished a "
-          f"minute in the window (asked: {args.cron_tables}); {cron_per_run or float('nan'):.2f} CPU s per run (all of "
-          "Airflow's CPU / runs), "
-          f"{max(0.0, cron_cpu - idle_rate * cron_wall) / max(finished, 1):.2f} over idle")  # fmt: skip
+    print(
+        f"  CPU, watching: {watch_cpu:.1f} s; idle (the same DAG files, every DAG paused): {idle_cpu:.1f} s; "
+        f"watching / idle: {ratio:.2f}"
+    )
+    print(
+        f"  for reference, DAG files that schedule nothing (no asset, no watcher, no cron): {bare_cpu:.1f} s; "
+        f"watching / that: {(watch_cpu / watch_wall) / (bare_cpu / bare_wall):.2f}"
+    )
+    print(
+        f"  CPU per table check, watching: {watch_per_check * 1000:.2f} ms (all of Airflow's CPU / checks); "
+        f"over idle: {max(0.0, watch_cpu - idle_rate * watch_wall) / checks * 1000:.2f} ms"
+    )
+    print(
+        f"  cron mode, {args.cron_tables} tables every minute: {finished / (cron_wall / 60):.1f} runs finished a "
+        f"minute in the window (asked: {args.cron_tables}); {cron_per_run or float('nan'):.2f} CPU s per run (all of "
+        "Airflow's CPU / runs), "
+        f"{max(0.0, cron_cpu - idle_rate * cron_wall) / max(finished, 1):.2f} over idle"
+    )
     if steady:
-        print(f"  a sweep of all {len(fleet)} tables (one listing query, nothing changed): median "
-              f"{steady[len(steady) // 2]:.2f} s, slowest {steady[-1]:.2f} s, of {len(steady)}")  # fmt: skip
+        print(
+            f"  a sweep of all {len(fleet)} tables (one listing query, nothing changed): median "
+            f"{steady[len(steady) // 2]:.2f} s, slowest {steady[-1]:.2f} s, of {len(steady)}"
+        )
     print(f"  the sweep that read the most metadata files: {reading[2]} files, {reading[1]:.2f} s")
-    print(f"  the Iceberg tables page's list of {len(fleet)} tables (summary, first 50 by need): median "
-          f"{listing[len(listing) // 2]:.3f} s, slowest {listing[-1]:.3f} s, of {len(listing)} requests")  # fmt: skip
+    print(
+        f"  the Iceberg tables page's list of {len(fleet)} tables (summary, first 50 by need): median "
+        f"{listing[len(listing) // 2]:.3f} s, slowest {listing[-1]:.3f} s, of {len(listing)} requests"
+    )
     print(verdict("no DAG run while every table is healthy", watch_runs == 0))
     print(verdict(f"watching / idle at most 1.25: {ratio:.2f}", ratio <= 1.25))
     print(verdict(f"the page's list answers in under 1 s: slowest {listing[-1]:.3f} s", listing[-1] < 1))
@@ -318,8 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         times = cron_per_run / watch_per_check
         print(verdict(f"at least 100x less CPU per table check than per cron run: {times:.0f}x", times >= 100))
     else:  # no per-run figure to hold the watch against: say so, never "met"
-        print(f"NOT MEASURED: CPU per cron run, since no cron run finished in the {cron_wall:.0f} s window "
-              "(give it a longer --cron-window)")  # fmt: skip
+        print(
+            f"NOT MEASURED: CPU per cron run, since no cron run finished in the {cron_wall:.0f} s window "
+            "(give it a longer --cron-window)"
+        )
     print("A writer adds small files to some tables, on the watching Airflow:")
     for line in writer:
         print(line)

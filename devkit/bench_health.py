@@ -111,18 +111,19 @@ def write_many_files(table: TableName, files: int, partitions: int) -> float:
         NestedField(3, "payload", StringType(), required=False),
     )
     spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="part"))
-    iceberg_table = IcebergHook(CATALOG_CONN).catalog.create_table(table.in_catalog, schema=schema,
-                                                                      partition_spec=spec)  # fmt: skip
+    iceberg_table = IcebergHook(CATALOG_CONN).catalog.create_table(table.in_catalog, schema=schema, partition_spec=spec)
     for append in range(math.ceil(files / partitions)):
         count = min(partitions, files - append * partitions)
         ids = range(append * partitions, append * partitions + count)
         iceberg_table.append(
-            pa.table({
-                "id": pa.array(ids, pa.int64()),
-                "part": pa.array(range(count), pa.int32()),
-                "payload": pa.array([f"row-{i}" for i in ids]),
-            })
-        )  # fmt: skip
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "part": pa.array(range(count), pa.int32()),
+                    "payload": pa.array([f"row-{i}" for i in ids]),
+                }
+            )
+        )
     return time.monotonic() - started
 
 
@@ -264,8 +265,9 @@ def time_statements(config: TableConfig, statements: list[str], log_file: Path) 
             timings.append(json.JSONDecoder().raw_decode(line, start)[0])
 
     args = [argument for statement in statements for argument in ("--statement", statement)]
-    hook = spark_job_hook(config, args, name=f"scan-timer-{config.table}", gated=False, log_file=log_file,
-                          on_line=keep_timing)  # fmt: skip
+    hook = spark_job_hook(
+        config, args, name=f"scan-timer-{config.table}", gated=False, log_file=log_file, on_line=keep_timing
+    )
     started = time.monotonic()
     hook.submit(str(SCAN_TIMER_JOB))
     wall_s = time.monotonic() - started
@@ -311,8 +313,9 @@ def compact_through_dag(config: TableConfig, copy: TableName) -> tuple[float, di
     return task_s, task_row, build_call("rewrite_data_files", copy, options, plan["predicates"]["rewrite_data_files"])
 
 
-def against_bare_call(dag_config: TableConfig, bare_config: TableConfig, scan_columns: str,
-                      work: Path) -> dict[str, Any]:  # fmt: skip
+def against_bare_call(
+    dag_config: TableConfig, bare_config: TableConfig, scan_columns: str, work: Path
+) -> dict[str, Any]:
     """Scan the copy, compact the original through its DAG, the same CALL bare on the copy, scan the copy again.
 
     Returns the :data:`TIMINGS`, the task's result row (``task_row``) and what the scans read (``scanned``); raises
@@ -337,16 +340,19 @@ def against_bare_call(dag_config: TableConfig, bare_config: TableConfig, scan_co
     }
 
 
-def measure_rewrite(dag_config: TableConfig, bare_config: TableConfig, small_files: int, rows_per_file: int,
-                    work: Path) -> dict[str, Any]:  # fmt: skip
+def measure_rewrite(
+    dag_config: TableConfig, bare_config: TableConfig, small_files: int, rows_per_file: int, work: Path
+) -> dict[str, Any]:
     """Write both copies, scan the bare one, run the DAG on the other, the same CALL bare, scan again."""
     run_statements(
         dag_config,
-        ["CREATE NAMESPACE IF NOT EXISTS lake.bench",
-         *small_file_statements(dag_config.table, small_files, rows_per_file),
-         *small_file_statements(bare_config.table, small_files, rows_per_file)],
+        [
+            "CREATE NAMESPACE IF NOT EXISTS lake.bench",
+            *small_file_statements(dag_config.table, small_files, rows_per_file),
+            *small_file_statements(bare_config.table, small_files, rows_per_file),
+        ],
         log_file=work / "write.log",
-    )  # fmt: skip
+    )
     stats = {t: TableStats.read(CATALOG_CONN, t) for t in (dag_config.table, bare_config.table)}
     sizes = {t: table_bytes(t) for t in stats}
     if len({(s.data_files, s.rows) for s in stats.values()}) != 1 or len(set(sizes.values())) != 1:
@@ -384,32 +390,50 @@ def report(health: dict[str, Any], skipped: dict[str, Any], rewrite: dict[str, A
     print(f"compact only what needs it: figures (Spark {cores_text}; os.cpu_count() = {os.cpu_count()})")
     print("| what | figure | goal |")
     print("|---|---:|---|")
-    print(f"| read_health, {health['files']} files in {health['partitions']} partitions, {health['manifests']} "
-          f"manifests: best of {REPEATS} | {health['read_best_s']:.3f} s | < {READ_GOAL_S:g} s: "
-          f"{verdict(health['read_best_s'] < READ_GOAL_S)} |")  # fmt: skip
-    print(f"| read_health, first (cold) | {health['read_cold_s']:.3f} s | < {READ_GOAL_S:g} s: "
-          f"{verdict(health['read_cold_s'] < READ_GOAL_S)} |")  # fmt: skip
+    print(
+        f"| read_health, {health['files']} files in {health['partitions']} partitions, {health['manifests']} "
+        f"manifests: best of {REPEATS} | {health['read_best_s']:.3f} s | < {READ_GOAL_S:g} s: "
+        f"{verdict(health['read_best_s'] < READ_GOAL_S)} |"
+    )
+    print(
+        f"| read_health, first (cold) | {health['read_cold_s']:.3f} s | < {READ_GOAL_S:g} s: "
+        f"{verdict(health['read_cold_s'] < READ_GOAL_S)} |"
+    )
     print(f"| load_table before it (catalog row and metadata JSON) | {health['load_table_s']:.3f} s | |")
     print(f"| make_plan on that health, best of {REPEATS} | {health['plan_best_s']:.3f} s | |")
-    print(f"| skipped run, dag.test() wall: first / best of {skipped['runs']} | {skipped['first_s']:.1f} / "
-          f"{skipped['best_s']:.1f} s | |")  # fmt: skip
+    print(
+        f"| skipped run, dag.test() wall: first / best of {skipped['runs']} | {skipped['first_s']:.1f} / "
+        f"{skipped['best_s']:.1f} s | |"
+    )
     print(f"| its tasks' own durations, added (best run) | {skipped['tasks_best_s']:.2f} s | |")
     print(f"| its plan_compaction task, best | {skipped['plan_task_best_s']:.2f} s | |")
     print(f"| parsing the DAG folder for it (once, not in the runs) | {skipped['parse_s']:.1f} s | |")
-    print(f"| {REWRITE_TASK_ID} task (rewrite_data_files; no deletes): {mb:.1f} MB in {rewrite['small_files']} "
-          f"files -> {rewrite['files_after']}, "
-          f"{rewrite['task_s']:.1f} s (Spark start-up included) | {per_core(rewrite['task_s'])} | |")  # fmt: skip
-    print(f"| bare CALL, whole spark-submit: {rewrite['bare_wall_s']:.1f} s (Spark start-up included) | "
-          f"{per_core(rewrite['bare_wall_s'])} | |")  # fmt: skip
-    print(f"| bare CALL, statement alone: {rewrite['bare_statement_s']:.1f} s | "
-          f"{per_core(rewrite['bare_statement_s'])} | |")  # fmt: skip
+    print(
+        f"| {REWRITE_TASK_ID} task (rewrite_data_files; no deletes): {mb:.1f} MB in {rewrite['small_files']} "
+        f"files -> {rewrite['files_after']}, "
+        f"{rewrite['task_s']:.1f} s (Spark start-up included) | {per_core(rewrite['task_s'])} | |"
+    )
+    print(
+        f"| bare CALL, whole spark-submit: {rewrite['bare_wall_s']:.1f} s (Spark start-up included) | "
+        f"{per_core(rewrite['bare_wall_s'])} | |"
+    )
+    print(
+        f"| bare CALL, statement alone: {rewrite['bare_statement_s']:.1f} s | "
+        f"{per_core(rewrite['bare_statement_s'])} | |"
+    )
     print(f"| rewrite task / bare spark-submit | {rewrite['task_s'] / rewrite['bare_wall_s']:.2f} | |")
-    print(f"| full scan, best of {REPEATS}: {rewrite['scan_before_s']:.2f} s before, {rewrite['scan_after_s']:.2f} s "
-          f"after | {scan_ratio:.1f}x faster | >= {SCAN_GOAL:g}x: {verdict(scan_ratio >= SCAN_GOAL)} |")  # fmt: skip
+    print(
+        f"| full scan, best of {REPEATS}: {rewrite['scan_before_s']:.2f} s before, {rewrite['scan_after_s']:.2f} s "
+        f"after | {scan_ratio:.1f}x faster | >= {SCAN_GOAL:g}x: {verdict(scan_ratio >= SCAN_GOAL)} |"
+    )
     print(f"plan on the {health['files']}-file table: {health['plan_decision']}")
-    figures = {**{f"health_{k}": v for k, v in health.items() if k != "plan_decision"},
-               **{f"skipped_{k}": v for k, v in skipped.items()}, **{f"rewrite_{k}": v for k, v in rewrite.items()},
-               "cores": cores, "cpu_count": os.cpu_count()}  # fmt: skip
+    figures = {
+        **{f"health_{k}": v for k, v in health.items() if k != "plan_decision"},
+        **{f"skipped_{k}": v for k, v in skipped.items()},
+        **{f"rewrite_{k}": v for k, v in rewrite.items()},
+        "cores": cores,
+        "cpu_count": os.cpu_count(),
+    }
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}))
 
 
@@ -467,10 +491,13 @@ def main(argv: list[str] | None = None) -> int:
         write_healthy_table(HEALTHY)
         skipped = {"runs": args.skipped_runs, **measure_skipped_runs(configs[HEALTHY], args.skipped_runs)}
 
-        print(f"==> {REWRITE_DAG} and {REWRITE_BARE}: about {args.small_files} small files each, written by Spark; "
-              "scans, the DAG's rewrite, the bare CALL, scans")  # fmt: skip
-        rewrite = measure_rewrite(configs[REWRITE_DAG], configs[REWRITE_BARE], args.small_files, args.rows_per_file,
-                                  work)  # fmt: skip
+        print(
+            f"==> {REWRITE_DAG} and {REWRITE_BARE}: about {args.small_files} small files each, written by Spark; "
+            "scans, the DAG's rewrite, the bare CALL, scans"
+        )
+        rewrite = measure_rewrite(
+            configs[REWRITE_DAG], configs[REWRITE_BARE], args.small_files, args.rows_per_file, work
+        )
     finally:
         for table in ALL_TABLES:
             drop_table(CATALOG_CONN, table)

@@ -187,8 +187,9 @@ def runs(values: Iterable[float]) -> str:
     return ", ".join(f"{value:.1f}" for value in values)
 
 
-def report(copies: Copies, before: TableStats, size_bytes: int, timings: Timings,
-           after: dict[TableName, TableStats]) -> bool:  # fmt: skip
+def report(
+    copies: Copies, before: TableStats, size_bytes: int, timings: Timings, after: dict[TableName, TableStats]
+) -> bool:
     """Print one size's figures; whether every copy did the same work."""
     same_work = len({(s.data_files, s.delete_files, s.rows) for s in after.values()}) == 1
     median = timings.medians()
@@ -200,13 +201,19 @@ def report(copies: Copies, before: TableStats, size_bytes: int, timings: Timings
     )
     print(f"| what | seconds, each run | median | task {REWRITE_TASK_ID} / this |")
     print("|---|---|---:|---:|")
-    print(f"| task {REWRITE_TASK_ID}: both CALLs in one Spark application | {runs(r['tasks_s'] for r in timings.dag)} "
-          f"| {median['tasks_s']:.1f} | |")  # fmt: skip
-    print(f"| the same, from its scheduling to its end | {runs(r['span_s'] for r in timings.dag)} "
-          f"| {median['span_s']:.1f} | |")  # fmt: skip
+    print(
+        f"| task {REWRITE_TASK_ID}: both CALLs in one Spark application | {runs(r['tasks_s'] for r in timings.dag)} "
+        f"| {median['tasks_s']:.1f} | |"
+    )
+    print(
+        f"| the same, from its scheduling to its end | {runs(r['span_s'] for r in timings.dag)} "
+        f"| {median['span_s']:.1f} | |"
+    )
     print(f"| bare spark-submit of the two CALLs | {runs(timings.bare_s)} | {median['bare_s']:.1f} | {ratio:.2f} |")
-    print(f"| bare spark-submit of each CALL, one after the other | {timings.bare_each_s:.1f} "
-          f"| {timings.bare_each_s:.1f} | {ratio_each:.2f} |")  # fmt: skip
+    print(
+        f"| bare spark-submit of each CALL, one after the other | {timings.bare_each_s:.1f} "
+        f"| {timings.bare_each_s:.1f} | {ratio_each:.2f} |"
+    )
     dag_after = after[copies.dag(0)]
     print(
         f"each copy after: {dag_after.data_files} data files, {dag_after.delete_files} delete files, "
@@ -217,9 +224,18 @@ def report(copies: Copies, before: TableStats, size_bytes: int, timings: Timings
         f"{verdict} ({copies.size}): {REWRITE_TASK_ID} / bare spark-submit of both CALLs = {ratio:.3f}, medians "
         f"of {copies.repeats} runs each (goal <= {GOAL})"
     )
-    print(json.dumps({"size": copies.size, **{name: round(value, 2) for name, value in median.items()},
-                      "runs": {"tasks_s": [round(r["tasks_s"], 2) for r in timings.dag],
-                               "bare_s": [round(b, 2) for b in timings.bare_s]}}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "size": copies.size,
+                **{name: round(value, 2) for name, value in median.items()},
+                "runs": {
+                    "tasks_s": [round(r["tasks_s"], 2) for r in timings.dag],
+                    "bare_s": [round(b, 2) for b in timings.bare_s],
+                },
+            }
+        )
+    )
     return same_work
 
 

@@ -42,8 +42,9 @@ def create_cdc_table(table: TableName, buckets: int = 4, format_version: int = 2
     spec = PartitionSpec(
         PartitionField(source_id=1, field_id=1000, transform=BucketTransform(buckets), name="id_bucket")
     )
-    catalog.create_table(table.in_catalog, schema, partition_spec=spec,
-                         properties={"format-version": str(format_version)})  # fmt: skip
+    catalog.create_table(
+        table.in_catalog, schema, partition_spec=spec, properties={"format-version": str(format_version)}
+    )
 
 
 class ChangeStream:
@@ -70,8 +71,12 @@ class ChangeStream:
             key = seq if seq < self.keys else self.rng.randrange(self.keys)
             op = "d" if seq >= self.keys and self.rng.random() < self.delete_share else "u"
             value = f"v{seq}"
-            self.producer.produce(self.topic, key=str(key).encode(), value=f"{seq},{op},{key},{value}".encode(),
-                                  on_delivery=self._delivered)  # fmt: skip
+            self.producer.produce(
+                self.topic,
+                key=str(key).encode(),
+                value=f"{seq},{op},{key},{value}".encode(),
+                on_delivery=self._delivered,
+            )
             if op == "d":
                 self.expected.pop(key, None)
             else:

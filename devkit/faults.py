@@ -238,9 +238,12 @@ class FaultBench:
         self._create_table()
         self._prepare_other_home()
         gate = WriteGateClient.connect(
-            str(TABLE), **self.gate.connection_settings(), writer_id="fault-writer", poke_interval=0.2,
+            str(TABLE),
+            **self.gate.connection_settings(),
+            writer_id="fault-writer",
+            poke_interval=0.2,
             log=lambda message: None,
-        )  # fmt: skip
+        )
         self.writer = GatedAppender(TABLE, TABLE.catalog, gate)
         self.writer.start()
         wait_for("the writer's first commits", lambda: len(self.writer.commits) >= 3, 120)
@@ -324,8 +327,9 @@ class FaultBench:
     def _prepare_other_home(self) -> None:
         """An Airflow home of its own for runs in their own process: one frozen mid-run holds no lock here."""
         self.other_home.mkdir(parents=True, exist_ok=True)
-        result = subprocess.run([AIRFLOW, "db", "migrate"], env=self._other_env(), capture_output=True, text=True,
-                                timeout=600)  # fmt: skip
+        result = subprocess.run(
+            [AIRFLOW, "db", "migrate"], env=self._other_env(), capture_output=True, text=True, timeout=600
+        )
         if result.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed for {self.other_home}:\n{result.stdout}\n{result.stderr}")
 
@@ -351,9 +355,12 @@ class FaultBench:
         name = dag_id or compaction_dag_id(TABLE)
         output = (self.workdir / f"{name}-{time.time():.0f}.log").open("w")
         process = subprocess.Popen(
-            [AIRFLOW, "dags", "test", name], env=self._other_env(), stdout=output, stderr=subprocess.STDOUT,
+            [AIRFLOW, "dags", "test", name],
+            env=self._other_env(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             yield process
         finally:
@@ -446,9 +453,13 @@ def task_killed_mid_rewrite(bench: FaultBench) -> Outcome:
         wait_for("spark-submit and its driver to die", lambda: not any(alive(p) for p in spark), 120)
         spark_gone = time.monotonic() - killed
     return bench.outcome(
-        "task killed mid-rewrite", started, "killed", failed_before=failed, spark_gone_seconds=spark_gone,
+        "task killed mid-rewrite",
+        started,
+        "killed",
+        failed_before=failed,
+        spark_gone_seconds=spark_gone,
         lease_seconds=config.lease_seconds,
-    )  # fmt: skip
+    )
 
 
 def spark_submit_killed(bench: FaultBench) -> Outcome:
@@ -470,9 +481,13 @@ def spark_submit_killed(bench: FaultBench) -> Outcome:
     killer.join(5)
     tries = run.get_task_instance(REWRITE_TASK_ID).try_number
     return bench.outcome(
-        "spark-submit killed", started, bench.run_state(run), failed_before=failed, killed=killed,
+        "spark-submit killed",
+        started,
+        bench.run_state(run),
+        failed_before=failed,
+        killed=killed,
         rewrite_tries=tries,
-    )  # fmt: skip
+    )
 
 
 def rewrite_five_times_the_lease(bench: FaultBench) -> Outcome:
@@ -489,15 +504,19 @@ def rewrite_five_times_the_lease(bench: FaultBench) -> Outcome:
     writer = bench.writer
     assert writer is not None
     return bench.outcome(
-        "rewrite of 5x the lease", started, bench.run_state(run), failed_before=failed,
-        rewrite_seconds=(rewrite.end_date - rewrite.start_date).total_seconds(), lease_seconds=config.lease_seconds,
+        "rewrite of 5x the lease",
+        started,
+        bench.run_state(run),
+        failed_before=failed,
+        rewrite_seconds=(rewrite.end_date - rewrite.start_date).total_seconds(),
+        lease_seconds=config.lease_seconds,
         # A commit that passed the gate just before it closed may land just after: the idle wait covers those.
         # None may pass the gate while it is closed, and none may land while the rewrite runs.
         writer_commits_while_closed=sum(1 for cleared, _, _ in writer.commits if closed < cleared < opened),
         writer_commits_during_rewrite=sum(
             1 for _, landed, _ in writer.commits if rewrite.start_date.timestamp() < landed < opened
         ),
-    )  # fmt: skip
+    )
 
 
 def rewrite_past_max_pause(bench: FaultBench) -> Outcome:
@@ -509,10 +528,14 @@ def rewrite_past_max_pause(bench: FaultBench) -> Outcome:
     closed = next(r["at"] for r in trail if r["action"] == "close")
     last = trail[-1]
     return bench.outcome(
-        "rewrite past max_pause_seconds", started, bench.run_state(run), failed_before=failed,
-        task_states=bench.task_states(run), max_pause_seconds=config.max_pause_seconds,
+        "rewrite past max_pause_seconds",
+        started,
+        bench.run_state(run),
+        failed_before=failed,
+        task_states=bench.task_states(run),
+        max_pause_seconds=config.max_pause_seconds,
         gate_closed_seconds=(last["at"] - closed).total_seconds() if last["action"] == "open" else None,
-    )  # fmt: skip
+    )
 
 
 def mysql_down(moment: str) -> Callable[[FaultBench], Outcome]:
@@ -564,9 +587,13 @@ def mysql_down(moment: str) -> Callable[[FaultBench], Outcome]:
         wait_for("MySQL to be back", lambda: bench.gate_db.running and downtime, 120)
         tries = {ti.task_id: ti.try_number for ti in run.get_task_instances()}
         return bench.outcome(
-            f"MySQL down at {moment}", started, bench.run_state(run), failed_before=failed, tries=tries,
+            f"MySQL down at {moment}",
+            started,
+            bench.run_state(run),
+            failed_before=failed,
+            tries=tries,
             downtime_seconds=downtime[0],
-        )  # fmt: skip
+        )
 
     scenario.__name__ = f"mysql_down_at_{moment}"
     return scenario
@@ -582,9 +609,12 @@ def two_runs_at_once(bench: FaultBench) -> Outcome:
     trail = [r for r in bench.gate.audit_trail(TABLE) if r["at"].timestamp() >= started]
     owners = [r["owner_dag_id"] for r in trail if r["action"] == "close"]
     return bench.outcome(
-        "two runs at once", started, f"{bench.run_state(run)} + {'success' if other_status == 0 else 'failed'}",
-        failed_before=failed, closes=owners,
-    )  # fmt: skip
+        "two runs at once",
+        started,
+        f"{bench.run_state(run)} + {'success' if other_status == 0 else 'failed'}",
+        failed_before=failed,
+        closes=owners,
+    )
 
 
 def stale_opener_after_takeover(bench: FaultBench) -> Outcome:
@@ -614,9 +644,13 @@ def stale_opener_after_takeover(bench: FaultBench) -> Outcome:
     trail = [r for r in bench.gate.audit_trail(TABLE) if r["at"].timestamp() >= started]
     a_opens = [r for r in trail if r["owner_dag_id"] == a_dag and r["action"].startswith("open")]
     return bench.outcome(
-        "stale opener after takeover", started, f"A {'failed' if a_status else 'success'}, B {bench.run_state(run_b)}",
-        failed_before=failed, a_open_actions=[r["action"] for r in a_opens], b_states=b_states,
-    )  # fmt: skip
+        "stale opener after takeover",
+        started,
+        f"A {'failed' if a_status else 'success'}, B {bench.run_state(run_b)}",
+        failed_before=failed,
+        a_open_actions=[r["action"] for r in a_opens],
+        b_states=b_states,
+    )
 
 
 def _holder(bench: FaultBench) -> str | None:
@@ -648,9 +682,13 @@ def sensor_times_out_with_a_busy_writer(bench: FaultBench) -> Outcome:
     finally:
         busy.stop()
     outcome = bench.outcome(
-        "sensor time-out, busy writer", started, bench.run_state(run), failed_before=failed,
-        task_states=bench.task_states(run), busy_commits=len(busy.commits),
-    )  # fmt: skip
+        "sensor time-out, busy writer",
+        started,
+        bench.run_state(run),
+        failed_before=failed,
+        task_states=bench.task_states(run),
+        busy_commits=len(busy.commits),
+    )
     outcome.failed_commits += len(busy.failed_commits)
     return outcome
 
@@ -680,9 +718,13 @@ def warehouse_unwritable(bench: FaultBench) -> Outcome:
     freezer.join(60)
     tries = run.get_task_instance(REWRITE_TASK_ID).try_number
     return bench.outcome(
-        "warehouse unwritable", started, bench.run_state(run), failed_before=failed, rewrite_tries=tries,
+        "warehouse unwritable",
+        started,
+        bench.run_state(run),
+        failed_before=failed,
+        rewrite_tries=tries,
         froze=bool(frozen),
-    )  # fmt: skip
+    )
 
 
 def _table_location() -> Path:

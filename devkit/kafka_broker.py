@@ -90,9 +90,14 @@ class KafkaBroker:
 
     def _java(self, main: str, *args: str) -> list[str]:
         return [
-            "java", f"-Xmx{self._heap}", f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
-            "-cp", self._classpath, main, *args,
-        ]  # fmt: skip
+            "java",
+            f"-Xmx{self._heap}",
+            f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
+            "-cp",
+            self._classpath,
+            main,
+            *args,
+        ]
 
     def start(self, timeout: float = 60) -> None:
         """Format the log directory (on a first start) and run the broker until it answers."""
@@ -128,9 +133,11 @@ class KafkaBroker:
                 raise KafkaBrokerError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         with (self.base_dir / "broker.out").open("a") as out:
             self._process = subprocess.Popen(
-                self._java("kafka.Kafka", str(self._config)), stdout=out, stderr=subprocess.STDOUT,
+                self._java("kafka.Kafka", str(self._config)),
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         weakref.finalize(self, _kill_at_exit, self._process)
         deadline = time.monotonic() + timeout
         while True:  # its port first (a client would log each refused connection), then a metadata request

@@ -192,8 +192,11 @@ class LiveAirflow:
         import psutil
 
         assert self.process is not None
-        triggerers = [p for p in psutil.Process(self.process.pid).children(recursive=True)
-                      if "triggerer" in " ".join(p.cmdline()[:3])]  # fmt: skip
+        triggerers = [
+            p
+            for p in psutil.Process(self.process.pid).children(recursive=True)
+            if "triggerer" in " ".join(p.cmdline()[:3])
+        ]
         main = next(p for p in triggerers if p.parent() is None or p.parent().pid not in {t.pid for t in triggerers})
         for process in [main, *main.children(recursive=True)]:
             process.kill()

@@ -63,11 +63,15 @@ def spark_job_hook(
     if gated:
         gate = WriteGateHook(os.environ.get(WRITER_CONN_ENV) or config.write_gate_conn_id).connection_settings()
         args += [
-            "--gate-host", gate["host"],
-            "--gate-port", str(gate["port"]),
-            "--gate-user", gate["user"],
-            "--gate-database", gate["database"],
-        ]  # fmt: skip
+            "--gate-host",
+            gate["host"],
+            "--gate-port",
+            str(gate["port"]),
+            "--gate-user",
+            gate["user"],
+            "--gate-database",
+            gate["database"],
+        ]
         env[GATE_PASSWORD_ENV] = gate["password"]
     helpers = [core_zip(), WRITER_JOBS_DIR / "ingest_events.py"]
     sinks = [on_line] if on_line is not None else []
@@ -135,8 +139,9 @@ def run_statements(config: TableConfig, statements: list[str], *, log_file: Path
             rows.append(row)
 
     args = [arg for statement in statements for arg in ("--statement", statement)]
-    hook = spark_job_hook(config, args, name=f"statements-{config.table}", gated=False, log_file=log_file,
-                          on_line=keep_row)  # fmt: skip
+    hook = spark_job_hook(
+        config, args, name=f"statements-{config.table}", gated=False, log_file=log_file, on_line=keep_row
+    )
     hook.submit(str(BARE_CALLS_JOB))
     if len(rows) != len(statements):
         raise RuntimeError(f"{len(statements)} statements on {config.table} printed {len(rows)} result lines")
@@ -196,12 +201,17 @@ class IngestJob:
     def job_args(self) -> list[str]:
         """The writer job's own options."""
         return [
-            "--checkpoint", str(self.workdir / "checkpoint"),
-            "--rows-per-second", str(self.rows_per_second),
-            "--keys", str(self.keys),
-            "--trigger-seconds", str(self.trigger_seconds),
-            "--format-version", str(self.format_version),
-        ]  # fmt: skip
+            "--checkpoint",
+            str(self.workdir / "checkpoint"),
+            "--rows-per-second",
+            str(self.rows_per_second),
+            "--keys",
+            str(self.keys),
+            "--trigger-seconds",
+            str(self.trigger_seconds),
+            "--format-version",
+            str(self.format_version),
+        ]
 
     def start(self) -> IngestJob:
         """Start (or restart, from the checkpoint) the writer."""
@@ -325,5 +335,11 @@ class BatchInsertJob(IngestJob):
         self.interval_seconds = interval_seconds
 
     def job_args(self) -> list[str]:
-        return ["--first-key", str(self.first_key), "--rows", str(self.rows),
-                "--interval-seconds", str(self.interval_seconds)]  # fmt: skip
+        return [
+            "--first-key",
+            str(self.first_key),
+            "--rows",
+            str(self.rows),
+            "--interval-seconds",
+            str(self.interval_seconds),
+        ]

@@ -172,8 +172,9 @@ class Server:
 class MySQLServer(Server):
     def login_error(self) -> str | None:
         try:
-            pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                            connect_timeout=5).close()  # fmt: skip
+            pymysql.connect(
+                host=self.host, port=self.port, user=self.user, password=self.password, connect_timeout=5
+            ).close()
         except pymysql.err.Error as error:
             return str(error).strip()
         return None
@@ -181,8 +182,10 @@ class MySQLServer(Server):
     def grant_login(self) -> None:
         user, password = escape_string(self.user), escape_string(self.password)
         if self.user == "root":  # keep root's unix-socket login, add the configured password for TCP
-            sql = (f"ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket "
-                   f"OR mysql_native_password USING PASSWORD('{password}');")  # fmt: skip
+            sql = (
+                f"ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket "
+                f"OR mysql_native_password USING PASSWORD('{password}');"
+            )
         else:
             sql = "".join(
                 f"CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{password}'; "
@@ -195,8 +198,14 @@ class MySQLServer(Server):
 class PostgresServer(Server):
     def login_error(self) -> str | None:
         try:
-            psycopg2.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                             dbname="postgres", connect_timeout=5).close()  # fmt: skip
+            psycopg2.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                password=self.password,
+                dbname="postgres",
+                connect_timeout=5,
+            ).close()
         except psycopg2.Error as error:
             return str(error).strip()
         return None
@@ -204,11 +213,15 @@ class PostgresServer(Server):
     def grant_login(self) -> None:
         """The role, with its password if one is configured, and loopback lines at the top of pg_hba.conf."""
         psql = ("psql", "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-v", f"u={self.user}", "-v", f"p={self.password}")
-        as_root(*psql, user="postgres", stdin=(
-            "SELECT format('CREATE ROLE %I LOGIN SUPERUSER', :'u') WHERE NOT EXISTS "
-            "(SELECT FROM pg_roles WHERE rolname = :'u') \\gexec\n"
-            + ("ALTER ROLE :\"u\" PASSWORD :'p';\n" if self.password else "")
-        ))  # fmt: skip
+        as_root(
+            *psql,
+            user="postgres",
+            stdin=(
+                "SELECT format('CREATE ROLE %I LOGIN SUPERUSER', :'u') WHERE NOT EXISTS "
+                "(SELECT FROM pg_roles WHERE rolname = :'u') \\gexec\n"
+                + ("ALTER ROLE :\"u\" PASSWORD :'p';\n" if self.password else "")
+            ),
+        )
         hba = as_root(*psql, "-c", "SHOW hba_file", user="postgres").strip()
         current = as_root("cat", hba)
         if HBA_MARK not in current:

@@ -77,12 +77,14 @@ def planned_data_files(spark: Any, table: TableName, call: ProcedureCall) -> int
     if where:
         converter = jvm.org.apache.spark.sql.execution.datasources.SparkExpressionConverter
         expression = converter.convertToIcebergExpression(
-            converter.collectResolvedSparkExpression(session, name, where))  # fmt: skip
+            converter.collectResolvedSparkExpression(session, name, where)
+        )
     else:
         expression = jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
     case_sensitive = spark.conf.get("spark.sql.caseSensitive", "false").lower() == "true"
     planner = jvm.org.apache.iceberg.actions.BinPackRewriteFilePlanner(
-        iceberg, expression, snapshot.snapshotId(), case_sensitive)  # fmt: skip
+        iceberg, expression, snapshot.snapshotId(), case_sensitive
+    )
     java_options = jvm.java.util.HashMap()
     for key, value in options.items():
         java_options.put(key, value)
@@ -146,8 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             if keeper is not None and index:  # the next CALL, too, starts only on a lease with time left
                 keeper.renew_before_work()
             planned = planned_data_files(spark, table, call)
-            print(f"Running: {statement}" + (f" ({planned} data files planned)" if planned is not None else ""),
-                  flush=True)  # fmt: skip
+            print(
+                f"Running: {statement}" + (f" ({planned} data files planned)" if planned is not None else ""),
+                flush=True,
+            )
             rows = spark.sql(statement).collect()
             # The CALL returned, so the procedure committed: its result stands even if the lease was lost
             # meanwhile (Iceberg validated that commit against every writer's).

@@ -94,10 +94,18 @@ def holder_connection(host: str, port: int, user: str, password: str, database: 
     import pymysql
 
     return pymysql.connect(
-        host=host, port=int(port), user=user, password=password, database=database, autocommit=False,
-        init_command=HOLDER_SESSION_SETTINGS, connect_timeout=10, read_timeout=HOLDER_READ_TIMEOUT,
-        write_timeout=HOLDER_READ_TIMEOUT, **kwargs,
-    )  # fmt: skip
+        host=host,
+        port=int(port),
+        user=user,
+        password=password,
+        database=database,
+        autocommit=False,
+        init_command=HOLDER_SESSION_SETTINGS,
+        connect_timeout=10,
+        read_timeout=HOLDER_READ_TIMEOUT,
+        write_timeout=HOLDER_READ_TIMEOUT,
+        **kwargs,
+    )
 
 
 NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed

@@ -135,8 +135,9 @@ class LeaseKeeper:
     @classmethod
     def for_lease(cls, lease: GateLease, lease_seconds: float, on_lost: Callable[[str], None], **kwargs: Any):
         """A keeper that renews a quarter of the lease at a time and stops the work a quarter early (2-15 s)."""
-        return cls(lease, on_lost, every=max(1.0, lease_seconds / 4), margin=max(2.0, min(15.0, lease_seconds / 4)),
-                   **kwargs)  # fmt: skip
+        return cls(
+            lease, on_lost, every=max(1.0, lease_seconds / 4), margin=max(2.0, min(15.0, lease_seconds / 4)), **kwargs
+        )
 
     def renew_now(self) -> Lease:
         """Renew at once; raise :class:`LeaseLostError` if the run no longer holds the gate or too little is left."""

@@ -437,18 +437,24 @@ class WriteGateHook(BaseHook):
             code = error.args[0] if error.args else None
             where = f"{settings['host']}:{settings['port']}, database {settings['database']!r}"
             if code in _LOGIN_REFUSED:
-                raise WriteGateUnreachableError(code, (
-                    f"the write gate's MySQL ({where}) refused user {settings['user']!r} of connection "
-                    f"{self.write_gate_conn_id!r}: {error.args[-1]}. Nothing in the gate changed. Check the "
-                    f"connection's login and password, and that the user has the grants the README gives it."
-                )) from error  # fmt: skip
+                raise WriteGateUnreachableError(
+                    code,
+                    (
+                        f"the write gate's MySQL ({where}) refused user {settings['user']!r} of connection "
+                        f"{self.write_gate_conn_id!r}: {error.args[-1]}. Nothing in the gate changed. Check the "
+                        f"connection's login and password, and that the user has the grants the README gives it."
+                    ),
+                ) from error
             if code in _UNREACHABLE:
-                raise WriteGateUnreachableError(code, (
-                    f"the write gate's MySQL ({where}) of connection {self.write_gate_conn_id!r} did not answer: "
-                    f"{error.args[-1]}. Nothing in the gate changed. Check that MySQL runs and that the connection "
-                    f"points at it (`airflow connections get {self.write_gate_conn_id}`); once it answers, clear "
-                    f"the task to run it again."
-                )) from error  # fmt: skip
+                raise WriteGateUnreachableError(
+                    code,
+                    (
+                        f"the write gate's MySQL ({where}) of connection {self.write_gate_conn_id!r} did not answer: "
+                        f"{error.args[-1]}. Nothing in the gate changed. Check that MySQL runs and that the connection "
+                        f"points at it (`airflow connections get {self.write_gate_conn_id}`); once it answers, clear "
+                        f"the task to run it again."
+                    ),
+                ) from error
             raise
 
     def lease(self, table: TableName | str, owner: GateOwner) -> GateLease:
@@ -461,8 +467,12 @@ class WriteGateHook(BaseHook):
 
         Holds the gate's password: it belongs in a job's secrets file, never on a command line.
         """
-        return {**self.connection_settings(), "table": str(TableName.of(table)), "dag_id": owner.dag_id,
-                "run_id": owner.run_id}  # fmt: skip
+        return {
+            **self.connection_settings(),
+            "table": str(TableName.of(table)),
+            "dag_id": owner.dag_id,
+            "run_id": owner.run_id,
+        }
 
     @contextmanager
     def _transaction(self) -> Iterator[pymysql.cursors.DictCursor]:
@@ -558,9 +568,14 @@ class WriteGateHook(BaseHook):
                 if not admission.allowed:
                     waiting = f"{name} waits for a Spark slot of {slot.spark_conn_id!r}: {admission.detail}"
             if waiting is None and change.allowed:
-                params = {"table": name, "dag_id": owner.dag_id, "run_id": owner.run_id,
-                          "lease_seconds": lease_seconds, "max_pause_seconds": max_pause_seconds,
-                          "renew": change.action == "reclose"}  # fmt: skip
+                params = {
+                    "table": name,
+                    "dag_id": owner.dag_id,
+                    "run_id": owner.run_id,
+                    "lease_seconds": lease_seconds,
+                    "max_pause_seconds": max_pause_seconds,
+                    "renew": change.action == "reclose",
+                }
                 cursor.execute(_CLOSE, params)
                 cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
                 cursor.execute(_SELECT, (name,))
@@ -612,8 +627,14 @@ class WriteGateHook(BaseHook):
         for entry in queue:
             if not (entry.waiting or entry.holding) and entry.table != name:
                 cursor.execute(_SLOT_DROP, (entry.table, entry.owner.dag_id, entry.owner.run_id))
-        params = {"table": name, "conn": slot.spark_conn_id, "dag_id": owner.dag_id, "run_id": owner.run_id,
-                  "score": slot.score, "patience": slot.patience}  # fmt: skip
+        params = {
+            "table": name,
+            "conn": slot.spark_conn_id,
+            "dag_id": owner.dag_id,
+            "run_id": owner.run_id,
+            "score": slot.score,
+            "patience": slot.patience,
+        }
         cursor.execute(_SLOT_ASK, params)
         cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
         queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
@@ -666,9 +687,15 @@ class WriteGateHook(BaseHook):
             holder = before.owner
             cursor.execute(
                 _AUDIT,
-                (name, "force_open", holder and holder.dag_id, holder and holder.run_id,
-                 before.lease_expires_at, reason[:1000]),
-            )  # fmt: skip
+                (
+                    name,
+                    "force_open",
+                    holder and holder.dag_id,
+                    holder and holder.run_id,
+                    before.lease_expires_at,
+                    reason[:1000],
+                ),
+            )
         if was_closed:
             self.log.warning("Write gate of %s, held by %s, forced open: %s", name, holder, reason)
         else:
@@ -702,8 +729,9 @@ class WriteGateHook(BaseHook):
         update = f"""UPDATE {RUN_TABLE} SET {", ".join(f"{c} = %({c})s" for c in given)},
             finished_at = IF(%(finished)s, NOW(6), NULL) WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s"""
         with self._transaction() as cursor:
-            cursor.execute(f"SELECT id FROM {RUN_TABLE} WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s FOR UPDATE",
-                           values)  # fmt: skip
+            cursor.execute(
+                f"SELECT id FROM {RUN_TABLE} WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s FOR UPDATE", values
+            )
             cursor.execute(update if cursor.fetchone() else _RUN_INSERT, values)
             if finished:
                 cursor.execute(_RUN_SELECT_ONE, values)
@@ -713,15 +741,22 @@ class WriteGateHook(BaseHook):
 
             metrics.emit_run(complete)
 
-    def record_failed_run(self, table: TableName | str, dag_id: str, run_id: str, task_id: str,
-                          error: BaseException) -> None:  # fmt: skip
+    def record_failed_run(
+        self, table: TableName | str, dag_id: str, run_id: str, task_id: str, error: BaseException
+    ) -> None:
         """Record a run that failed before it planned (``task_id`` raised ``error``), so no run goes unrecorded.
 
         The record names the error's type only: its text stays in the task's log, since it may quote a catalog URI.
         A record that cannot be written is logged, never raised over ``error``.
         """
-        record = {"table_name": table, "dag_id": dag_id, "run_id": run_id, "decision": "none", "outcome": "failed",
-                  "reason": f"{task_id} failed ({type(error).__name__}); see its log"}  # fmt: skip
+        record = {
+            "table_name": table,
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "decision": "none",
+            "outcome": "failed",
+            "reason": f"{task_id} failed ({type(error).__name__}); see its log",
+        }
         try:
             self.record_run(record, finished=True)
         except Exception:
@@ -743,8 +778,10 @@ class WriteGateHook(BaseHook):
         """
         if not checks:
             return
-        rows = [(*(str(c[k]) if k == "table_name" else c.get(k) for k in HEALTH_COLUMNS),
-                 c["decision"] == "started") for c in checks]  # fmt: skip
+        rows = [
+            (*(str(c[k]) if k == "table_name" else c.get(k) for k in HEALTH_COLUMNS), c["decision"] == "started")
+            for c in checks
+        ]
         with self._transaction() as cursor:
             cursor.executemany(_HEALTH_UPSERT, rows)
 

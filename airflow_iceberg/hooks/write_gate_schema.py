@@ -130,8 +130,10 @@ def migrate(connection: Any, schema: Schema | None = None) -> tuple[int, int]:
                     f"the database is at schema version {current}, newer than this provider's {schema.latest}"
                 )
             if current:  # record a version found in place, so the next run reads it directly
-                cursor.execute(f"INSERT IGNORE INTO {SCHEMA_TABLE} (version, summary) VALUES (%s, %s)",
-                               (current, "found in place, set up before versions were recorded"))  # fmt: skip
+                cursor.execute(
+                    f"INSERT IGNORE INTO {SCHEMA_TABLE} (version, summary) VALUES (%s, %s)",
+                    (current, "found in place, set up before versions were recorded"),
+                )
             for version in schema.versions[current:]:
                 for statement in version.statements:
                     cursor.execute(statement)

@@ -49,8 +49,10 @@ def health_watch_reasons(context: Mapping[str, Any]) -> list[str]:
         for event in events:
             payload = (event.extra or {}).get("payload")
             if isinstance(payload, Mapping) and "reason" in payload:
-                reasons.append(f"{payload['reason']} (snapshot {payload.get('snapshot_id')}, checked at "
-                               f"{payload.get('checked_at')})")  # fmt: skip
+                reasons.append(
+                    f"{payload['reason']} (snapshot {payload.get('snapshot_id')}, checked at "
+                    f"{payload.get('checked_at')})"
+                )
     return reasons
 
 
@@ -114,15 +116,25 @@ class PlanCompactionOperator(ShortCircuitOperator):
         iceberg_table = _load(self.iceberg_conn_id, self.table)
         thresholds = self.thresholds or HealthThresholds()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
-        health, plan = plan_table(iceberg_table, str(self.table), thresholds, predicates, options,
-                                  force=overrides.force or self.thresholds is None)  # fmt: skip
+        health, plan = plan_table(
+            iceberg_table,
+            str(self.table),
+            thresholds,
+            predicates,
+            options,
+            force=overrides.force or self.thresholds is None,
+        )
         if self.thresholds is None and not overrides.force:
             plan.decision, plan.reason = self.without_health
         for watched in health_watch_reasons(context):
             self.log.info("Started by the health watch: %s", watched)
         _check_predicates(plan.predicates)
-        self.log.info("Health of %s read in %.2f s: %s", self.table, health.read_seconds,
-                      json.dumps({k: v for k, v in plan.health.items() if k != "unhealthy"}))  # fmt: skip
+        self.log.info(
+            "Health of %s read in %.2f s: %s",
+            self.table,
+            health.read_seconds,
+            json.dumps({k: v for k, v in plan.health.items() if k != "unhealthy"}),
+        )
         for partition in plan.health["unhealthy"]:
             self.log.info("Needs work: %s: %s", partition["partition"], "; ".join(partition["reasons"]))
         self.log.info("Plan: %s (%s); rewrites: %s", plan.decision, plan.reason, plan.predicates or "none")
@@ -131,13 +143,20 @@ class PlanCompactionOperator(ShortCircuitOperator):
         owner = run_owner(context)
         WriteGateHook(self.write_gate_conn_id).record_run(
             {
-                "table_name": self.table, "dag_id": owner.dag_id, "run_id": owner.run_id,
-                "decision": plan.decision, "reason": plan.reason[:1000], "partitions": json.dumps(plan.partitions),
-                "data_files_before": health.data_files, "delete_files_before": health.delete_files,
-                "bytes_before": health.data_bytes, "health_score": plan.score, "outcome": outcome,
+                "table_name": self.table,
+                "dag_id": owner.dag_id,
+                "run_id": owner.run_id,
+                "decision": plan.decision,
+                "reason": plan.reason[:1000],
+                "partitions": json.dumps(plan.partitions),
+                "data_files_before": health.data_files,
+                "delete_files_before": health.delete_files,
+                "bytes_before": health.data_bytes,
+                "health_score": plan.score,
+                "outcome": outcome,
             },
             finished=outcome != "running",
-        )  # fmt: skip
+        )
         if outcome == "dry_run":
             self.log.info("Dry run: the plan is in XCom under 'plan'; no gate is closed and nothing is rewritten")
         elif outcome == "skipped":
@@ -186,21 +205,28 @@ class RecordRunOperator(BaseOperator):
         partial = ti.xcom_pull(task_ids=self.rewrite_task_id, key="partial_failure")
         owner = run_owner(context)
         gate = WriteGateHook(self.write_gate_conn_id)
-        trail = [row for row in gate.audit_trail(self.table)
-                 if (row["owner_dag_id"], row["owner_run_id"]) == (owner.dag_id, owner.run_id)]  # fmt: skip
+        trail = [
+            row
+            for row in gate.audit_trail(self.table)
+            if (row["owner_dag_id"], row["owner_run_id"]) == (owner.dag_id, owner.run_id)
+        ]
         closed = [row["at"] for row in trail if row["action"] == "close"]
         opened = [row["at"] for row in trail if row["action"] in ("open", "force_open")]
         gate_seconds = (max(opened) - min(closed)).total_seconds() if closed and opened else None
         # Totals only: which files count as small does not matter here.
         health = read_health(_load(self.iceberg_conn_id, self.table), str(self.table), small_file_ratio=0.75)
         record = {
-            "table_name": self.table, "dag_id": owner.dag_id, "run_id": owner.run_id,
-            "data_files_after": health.data_files, "delete_files_after": health.delete_files,
-            "bytes_after": health.data_bytes, "gate_closed_seconds": gate_seconds,
+            "table_name": self.table,
+            "dag_id": owner.dag_id,
+            "run_id": owner.run_id,
+            "data_files_after": health.data_files,
+            "delete_files_after": health.delete_files,
+            "bytes_after": health.data_bytes,
+            "gate_closed_seconds": gate_seconds,
             "rewrite_seconds": seconds,
             "outcome": "failed" if seconds is None else "success",
             "detail": (partial or f"{self.rewrite_task_id} did not complete")[:1000] if seconds is None else None,
-        }  # fmt: skip
+        }
         gate.record_run(record, finished=True)
         self.log.info("Run record of %s: %s", self.table, record)
         return {**record, "table_name": str(self.table)}

@@ -233,8 +233,9 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                 raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
             secrets["gate"] = {**gate.holder_settings(name, owner), "lease_seconds": held.lease_seconds}
             # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
-            keeper = LeaseKeeper.for_lease(gate.lease(name, owner), held.lease_seconds, self._stop_spark,
-                                           log=self.log.warning)  # fmt: skip
+            keeper = LeaseKeeper.for_lease(
+                gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning
+            )
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         secrets.update(catalog.job_secrets)
         # Set after template rendering on purpose: neither the catalog settings nor the secrets are rendered.

@@ -160,8 +160,9 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
         flags[name] = params.get(name, False)
         if not isinstance(flags[name], bool):
             raise ValueError(f"param {name!r} must be true or false, got {flags[name]!r}")
-    return RunOverrides(options=dict(options), arguments=dict(arguments), where=where,
-                        where_by_procedure=where_by_procedure, **flags)  # fmt: skip
+    return RunOverrides(
+        options=dict(options), arguments=dict(arguments), where=where, where_by_procedure=where_by_procedure, **flags
+    )
 
 
 class RunParamsError(AirflowFailException):
@@ -177,8 +178,14 @@ def time_context(when: datetime) -> dict[str, Any]:
     from airflow.sdk.execution_time import macros
 
     when = pendulum.instance(when).in_timezone("UTC")
-    return {"logical_date": when, "ds": when.to_date_string(), "ds_nodash": when.strftime("%Y%m%d"),
-            "ts": when.isoformat(), "ts_nodash": when.strftime("%Y%m%dT%H%M%S"), "macros": macros}  # fmt: skip
+    return {
+        "logical_date": when,
+        "ds": when.to_date_string(),
+        "ds_nodash": when.strftime("%Y%m%d"),
+        "ts": when.isoformat(),
+        "ts_nodash": when.strftime("%Y%m%dT%H%M%S"),
+        "macros": macros,
+    }
 
 
 def started_by_health_watch(context: Any) -> bool:

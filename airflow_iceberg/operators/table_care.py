@@ -85,8 +85,9 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
         if marker is not None and marker[1] < cutoff:
             self.log.info(
                 "Keeping snapshot %s, the newest with %s: expiring only snapshots older than it",
-                marker[0], self.checkpoint_marker,
-            )  # fmt: skip
+                marker[0],
+                self.checkpoint_marker,
+            )
             cutoff = marker[1]
         self.arguments = {"expire_snapshots": {"older_than": _timestamp(cutoff), "retain_last": self.retain_last}}
         return super().execute(context)

@@ -121,8 +121,9 @@ class CloseWriteGateOperator(BaseOperator):
                     self.log.info("%s; the gate stays open meanwhile", busy)
                     time.sleep(self.poke_interval)
                     continue
-            self.log.info("Write gate of %s is held by %s until %s; waiting", self.table, current.owner,
-                          current.lease_expires_at)  # fmt: skip
+            self.log.info(
+                "Write gate of %s is held by %s until %s; waiting", self.table, current.owner, current.lease_expires_at
+            )
             time.sleep(self.poke_interval)
         return {
             "table": str(self.table),

@@ -163,9 +163,15 @@ def build_app() -> Any:
 
     @app.get("/api/tables")
     def tables(
-        user: GetUserDep, q: str = "", gate: str = "", need: str = "", outcome: str = "", sort: str = "need",
-        page: int = 1, page_size: int = 50,
-    ) -> dict[str, Any]:  # fmt: skip
+        user: GetUserDep,
+        q: str = "",
+        gate: str = "",
+        need: str = "",
+        outcome: str = "",
+        sort: str = "need",
+        page: int = 1,
+        page_size: int = 50,
+    ) -> dict[str, Any]:
         """The list: a summary of every table the user may read, and one page of those the query keeps."""
         try:
             query = fleet_view.FleetQuery(q, gate, need, outcome, sort, page, page_size)
@@ -182,8 +188,17 @@ def build_app() -> Any:
             failed = hook.failed_runs(FAILED_WINDOW_SECONDS)
             for config in configs:
                 name = str(config.table)
-                rows.append(fleet_view.row(name, compaction_dag_id(config.table), gates.get(name), checks.get(name),
-                                           last_runs.get(name), failed.get(name, 0), run_url))  # fmt: skip
+                rows.append(
+                    fleet_view.row(
+                        name,
+                        compaction_dag_id(config.table),
+                        gates.get(name),
+                        checks.get(name),
+                        last_runs.get(name),
+                        failed.get(name, 0),
+                        run_url,
+                    )
+                )
         return fleet_view.page(rows, query)
 
     @app.get("/api/tables/{table}")

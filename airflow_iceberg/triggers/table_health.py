@@ -196,9 +196,16 @@ class Check:
     delete_files: int | None = None
 
     def row(self) -> dict[str, Any]:
-        return {"table_name": self.table, "snapshot_id": self.snapshot_id, "decision": self.decision,
-                "reason": self.reason[:1000], "reading": self.reading, "score": self.score,
-                "data_files": self.data_files, "delete_files": self.delete_files}  # fmt: skip
+        return {
+            "table_name": self.table,
+            "snapshot_id": self.snapshot_id,
+            "decision": self.decision,
+            "reason": self.reason[:1000],
+            "reading": self.reading,
+            "score": self.score,
+            "data_files": self.data_files,
+            "delete_files": self.delete_files,
+        }
 
 
 @dataclass
@@ -255,12 +262,25 @@ class CatalogSweep:
         # Every table the sweep found needing work, whether it started a run now or waits for one under way.
         needing = sum(counts.get(decision, 0) for decision in ("started", "waiting", "needs_work"))
         metrics.emit_sweep(self.iceberg_conn_id, needing)
-        self.log.info("Health sweep of %r: %d tables in %.2f s: %s", self.iceberg_conn_id, len(checks),
-                      time.monotonic() - began, ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))  # fmt: skip
+        self.log.info(
+            "Health sweep of %r: %d tables in %.2f s: %s",
+            self.iceberg_conn_id,
+            len(checks),
+            time.monotonic() - began,
+            ", ".join(f"{v} {k}" for k, v in sorted(counts.items())),
+        )
         now = datetime.now(timezone.utc).isoformat()
-        started = {c.table: {"table": c.table, "snapshot_id": c.snapshot_id, "reason": c.reason,
-                             "partitions": c.partitions, "checked_at": now}
-                   for c in checks if c.decision == "started"}  # fmt: skip
+        started = {
+            c.table: {
+                "table": c.table,
+                "snapshot_id": c.snapshot_id,
+                "reason": c.reason,
+                "partitions": c.partitions,
+                "checked_at": now,
+            }
+            for c in checks
+            if c.decision == "started"
+        }
         return {"swept_at": now, "started": started}
 
     # --- reading the catalog (in a thread) ---------------------------------------------------------------------
@@ -330,8 +350,9 @@ class CatalogSweep:
         memory, reading = self.memory.get(table), "listing"
         if memory is None or memory.location != location:
             facts, reading = self.read_facts(location), "metadata"
-            memory = self.memory[table] = TableMemory(location, facts, memory.last_read if memory else None,
-                                                      memory.started_at if memory else None)  # fmt: skip
+            memory = self.memory[table] = TableMemory(
+                location, facts, memory.last_read if memory else None, memory.started_at if memory else None
+            )
         thresholds = watcher.thresholds
         facts, last_read = memory.facts, memory.last_read
         snapshot_id = facts.snapshot_id
@@ -342,8 +363,10 @@ class CatalogSweep:
             if not must_read:
                 return Check(table, "healthy", why, reading, snapshot_id, score=0, **totals)
             iceberg_table = self.catalog().load_table(TableName.parse(table).in_catalog)
-            where = {procedure: render_at(template, datetime.now(timezone.utc)) for procedure, template
-                     in watcher.where.items()}  # fmt: skip
+            where = {
+                procedure: render_at(template, datetime.now(timezone.utc))
+                for procedure, template in watcher.where.items()
+            }
             health, plan = plan_table(iceberg_table, table, thresholds, where, watcher.options)
             memory.last_read = last_read = ManifestRead.of(health, plan)
             reading = "manifests"

@@ -81,8 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             state["last_snapshot_id"] = rows.collect()[0][0]
             state["next_key"] = keys.stop
             state["batches"] += 1
-            record = {"batch": state["batches"], "keys": [keys.start, keys.stop], "committed": time.time(),
-                      "paused_seconds": round(paused, 3), "snapshot_id": state["last_snapshot_id"]}  # fmt: skip
+            record = {
+                "batch": state["batches"],
+                "keys": [keys.start, keys.stop],
+                "committed": time.time(),
+                "paused_seconds": round(paused, 3),
+                "snapshot_id": state["last_snapshot_id"],
+            }
             status.write(json.dumps(record) + "\n")
             time.sleep(args.interval_seconds)
     finally:

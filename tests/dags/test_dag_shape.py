@@ -86,8 +86,10 @@ def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_poo
 
 
 def test_with_spark_pool_slots_close_gate_waits_for_a_slot_of_the_connection_by_the_plans_score():
-    for dag in (make_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
-                make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3)):  # fmt: skip
+    for dag in (
+        make_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
+        make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
+    ):
         close = dag.get_task("close_gate")
         assert (close.spark_conn_id, close.spark_slots, close.plan_task_id) == ("spark_yarn", 3, "plan_compaction")
         assert "one of the 3 Spark slots of `spark_yarn`" in close.doc_md
@@ -121,8 +123,10 @@ def test_table_settings_reach_the_tasks():
     # Under the table's own options, the provider's: data files that carry deletes are rewritten, and the delete
     # files that then apply to nothing are removed.
     folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
-    assert rewrite.options == {"rewrite_data_files": {**folding, "target-file-size-bytes": 134217728},
-                               "rewrite_position_delete_files": {}}  # fmt: skip
+    assert rewrite.options == {
+        "rewrite_data_files": {**folding, "target-file-size-bytes": 134217728},
+        "rewrite_position_delete_files": {},
+    }
     assert rewrite.where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
@@ -223,8 +227,10 @@ def test_tasks_hold_no_copy_of_the_dags_params_which_the_run_still_sees():
 
 
 def test_every_task_retries_and_open_gate_retries_most_and_soonest():
-    for dag in (build_compaction_dag(TableConfig(table="lake.db.events")), build_full_rewrite_dag(TableConfig(
-            table="lake.db.events"))):  # fmt: skip
+    for dag in (
+        build_compaction_dag(TableConfig(table="lake.db.events")),
+        build_full_rewrite_dag(TableConfig(table="lake.db.events")),
+    ):
         tasks = dag.task_dict
         assert all(task.retries >= 1 for task in tasks.values()), {t: tasks[t].retries for t in tasks}
         open_gate = tasks["open_gate"]
@@ -253,8 +259,9 @@ def test_by_default_the_compaction_dag_runs_on_its_tables_health_watch():
     assert asset.name == "iceberg_health__lake__sales__orders"
     assert (trigger.table, trigger.dag_id) == ("lake.sales.orders", dag.dag_id)
     assert trigger.shared_stream_key()[1:] == ("lake", "write_gate_default", 60.0)
-    assert trigger.thresholds == HealthThresholds(small_file_ratio=0.75, min_small_files=12, max_delete_ratio=0.1,
-                                              max_delete_age_minutes=60.0)  # fmt: skip
+    assert trigger.thresholds == HealthThresholds(
+        small_file_ratio=0.75, min_small_files=12, max_delete_ratio=0.1, max_delete_age_minutes=60.0
+    )
 
 
 def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():

@@ -143,8 +143,16 @@ def integration_stack() -> None:
     IcebergHook("lake").get_conn()
 
     def gate_connection(login: str, secret: str) -> str:
-        return json.dumps({"conn_type": "iceberg_write_gate", "host": host, "port": port, "login": login,
-                           "password": secret, "schema": GATE_DB})  # fmt: skip
+        return json.dumps(
+            {
+                "conn_type": "iceberg_write_gate",
+                "host": host,
+                "port": port,
+                "login": login,
+                "password": secret,
+                "schema": GATE_DB,
+            }
+        )
 
     os.environ["AIRFLOW_CONN_WRITE_GATE_ADMIN"] = gate_connection(user, password)
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
@@ -295,9 +303,13 @@ class StatsdListener(threading.Thread):
 
     def settings(self) -> dict[str, str]:
         """Airflow's ``[metrics]`` settings that send here, with tags in the InfluxDB style (``name,tag=value``)."""
-        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                "AIRFLOW__METRICS__STATSD_PORT": str(self.port), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-                "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"}  # fmt: skip
+        return {
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(self.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+        }
 
 
 @pytest.fixture(scope="session")
@@ -344,8 +356,15 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                     "--disable-background-networking", "--disable-component-update", "--no-first-run"):  # fmt: skip
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
     yield driver

@@ -116,10 +116,13 @@ def latest_checkpoint(directory: Path) -> Path:
 
 
 def read_back(table_config, table: str) -> dict:
-    (result,) = run_statements(table_config(table), [
-        f"SELECT count(*) AS row_count, count(DISTINCT id) AS keys, "
-        f"sum(crc32(concat(CAST(id AS STRING), ':', v))) AS digest FROM {table}",
-    ])  # fmt: skip
+    (result,) = run_statements(
+        table_config(table),
+        [
+            f"SELECT count(*) AS row_count, count(DISTINCT id) AS keys, "
+            f"sum(crc32(concat(CAST(id AS STRING), ':', v))) AS digest FROM {table}",
+        ],
+    )
     return result
 
 
@@ -136,8 +139,10 @@ def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
     """The rewrite (``replace``) snapshots committed to ``table`` between ``start`` and ``end``, oldest first."""
     snapshots = load(table).snapshots()
     window = (start.timestamp() * 1000, end.timestamp() * 1000)
-    return sorted((s for s in snapshots if s.summary.operation.value == "replace"
-                   and window[0] <= s.timestamp_ms <= window[1]), key=lambda s: s.sequence_number)  # fmt: skip
+    return sorted(
+        (s for s in snapshots if s.summary.operation.value == "replace" and window[0] <= s.timestamp_ms <= window[1]),
+        key=lambda s: s.sequence_number,
+    )
 
 
 def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
@@ -161,10 +166,11 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
         for _ in range(3):
             # Runs that the table's own health would start: the upserts made it need work again.
             job.wait_for(
-                lambda: plan_table(load(cdc_table), cdc_table,
-                                   config.health.thresholds(), where)[1].decision == "compact",
-                "the table's health asking for a compaction", timeout=120,
-            )  # fmt: skip
+                lambda: plan_table(load(cdc_table), cdc_table, config.health.thresholds(), where)[1].decision
+                == "compact",
+                "the table's health asking for a compaction",
+                timeout=120,
+            )
             run = compaction_dag(cdc_table, **settings).test()
             assert run.state == "success", f"compaction {len(compactions) + 1} ended {run.state}"
             trail = [r for r in gate_hook.audit_trail(cdc_table) if r["owner_run_id"] == run.run_id]
@@ -259,8 +265,12 @@ def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_
 
         reowner = GateOwner(dag_id, f"manual__{unique_name}_restore")
         gate_hook.close_gate(cdc_table, reowner, lease_seconds=300)
-        restored = CdcJob(tmp_path / "restored", **common, checkpoints=job.checkpoints,
-                          restore_from=latest_checkpoint(job.checkpoints))  # fmt: skip
+        restored = CdcJob(
+            tmp_path / "restored",
+            **common,
+            checkpoints=job.checkpoints,
+            restore_from=latest_checkpoint(job.checkpoints),
+        )
         restored.start()
         restored.wait_for(
             lambda: len(restored.events()) == PARALLELISM
@@ -286,9 +296,11 @@ def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_
         assert e.emit_times(end=opened_at) == [], f"restored subtask {subtask} emitted while closed"
         assert e.emit_times(start=opened_at), f"restored subtask {subtask} emitted nothing after the opening"
     # No key lost, none duplicated: exactly the expected row per key.
-    print(f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause; the daily run and its "
-          f"care kept {len(surviving)} snapshots; restored, opened {opened_at - closed_at:.1f} s after the first "
-          f"closing; {len(stream.expected)} keys live")  # fmt: skip
+    print(
+        f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause; the daily run and its "
+        f"care kept {len(surviving)} snapshots; restored, opened {opened_at - closed_at:.1f} s after the first "
+        f"closing; {len(stream.expected)} keys live"
+    )
     assert read_back(table_config, cdc_table) == {
         "row_count": len(stream.expected),
         "keys": len(stream.expected),
@@ -319,8 +331,13 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
             job.wait_for(lambda since=since: committed_checkpoint(cdc_table) >= since + 2, "two Flink commits", 120)
             output: list[str] = []
             started_ms = time.time() * 1000
-            hook = spark_job_hook(table_config(cdc_table), ["--calls", json.dumps(calls)],
-                                  name=f"ungated-rewrite-{number}", gated=False, on_line=output.append)  # fmt: skip
+            hook = spark_job_hook(
+                table_config(cdc_table),
+                ["--calls", json.dumps(calls)],
+                name=f"ungated-rewrite-{number}",
+                gated=False,
+                on_line=output.append,
+            )
             try:
                 hook.submit(str(RUN_PROCEDURE_JOB))
             except AirflowException:

@@ -46,16 +46,30 @@ def fleet_airflow(tmp_path_factory, integration_stack):
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": entries}))
     (root / "home").mkdir()
     paused = {"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"}
-    airflow = LiveAirflow(root / "home", table_list, meta_db=f"airflow_iceberg_test_fleet_page{DB_SUFFIX}",
-                          reparse_seconds=None, settings=paused)  # fmt: skip
+    airflow = LiveAirflow(
+        root / "home",
+        table_list,
+        meta_db=f"airflow_iceberg_test_fleet_page{DB_SUFFIX}",
+        reparse_seconds=None,
+        settings=paused,
+    )
     checks = []
     for n, table in enumerate(TABLES):
         if n in NEVER_CHECKED:
             continue
         decision, score = NEEDING.get(n, (CHECK_FAILED.get(n, "healthy"), 0))
-        checks.append({"table_name": table, "snapshot_id": n, "decision": decision, "reason": f"{decision} (t{n})",
-                       "reading": "listing", "score": None if n in CHECK_FAILED else score, "data_files": 10 + n,
-                       "delete_files": n % 7})  # fmt: skip
+        checks.append(
+            {
+                "table_name": table,
+                "snapshot_id": n,
+                "decision": decision,
+                "reason": f"{decision} (t{n})",
+                "reading": "listing",
+                "score": None if n in CHECK_FAILED else score,
+                "data_files": 10 + n,
+                "delete_files": n % 7,
+            }
+        )
     owners = [GateOwner(compaction_dag_id(TABLES[n]), f"manual__held_{n}") for n in CLOSED]
     try:
         airflow.start()
@@ -63,11 +77,14 @@ def fleet_airflow(tmp_path_factory, integration_stack):
         for n, owner in zip(CLOSED, owners, strict=True):
             gate_hook.close_gate(TABLES[n], owner, lease_seconds=3600)
         for i, n in enumerate(FAILED_TODAY + FAILED_LONG_AGO):
-            gate_hook.record_failed_run(TABLES[n], compaction_dag_id(TABLES[n]), f"manual__failed_{i}",
-                                        "plan_compaction", RuntimeError("down"))  # fmt: skip
+            gate_hook.record_failed_run(
+                TABLES[n], compaction_dag_id(TABLES[n]), f"manual__failed_{i}", "plan_compaction", RuntimeError("down")
+            )
         with gate_hook.get_conn() as db, db.cursor() as cursor:  # one failure is older than the summary's 24 hours
-            cursor.execute(f"UPDATE {RUN_TABLE} SET started_at = NOW(6) - INTERVAL 2 DAY WHERE table_name = %s",
-                           (str(TABLES[FAILED_LONG_AGO[0]]),))  # fmt: skip
+            cursor.execute(
+                f"UPDATE {RUN_TABLE} SET started_at = NOW(6) - INTERVAL 2 DAY WHERE table_name = %s",
+                (str(TABLES[FAILED_LONG_AGO[0]]),),
+            )
             db.commit()
         airflow.wait_for(
             f"{2 * FLEET} DAGs parsed",
@@ -100,11 +117,15 @@ def test_the_summary_counts_the_fleet_and_the_list_puts_the_worst_first(browser,
     def figure(name: str) -> int:
         return int(browser.find_element(By.CSS_SELECTOR, f"[data-summary='{name}']").text.replace(",", ""))
 
-    assert {name: figure(name) for name in ("tables", "gates_closed", "needing_work", "check_failed",
-                                            "runs_failed_24h")} == {
-        "tables": FLEET, "gates_closed": len(CLOSED), "needing_work": len(NEEDING),
-        "check_failed": len(CHECK_FAILED), "runs_failed_24h": len(FAILED_TODAY),
-    }  # fmt: skip
+    assert {
+        name: figure(name) for name in ("tables", "gates_closed", "needing_work", "check_failed", "runs_failed_24h")
+    } == {
+        "tables": FLEET,
+        "gates_closed": len(CLOSED),
+        "needing_work": len(NEEDING),
+        "check_failed": len(CHECK_FAILED),
+        "runs_failed_24h": len(FAILED_TODAY),
+    }
     rows = browser.find_elements(By.CSS_SELECTOR, "tr[data-table]")
     assert len(rows) == 50 and "Page 1 of 20" in browser.find_element(By.ID, "pages").text
     shown = [r.get_attribute("data-table") for r in rows]
@@ -115,8 +136,10 @@ def test_the_summary_counts_the_fleet_and_the_list_puts_the_worst_first(browser,
     browser.save_screenshot(str(BUILD / "iceberg-tables-fleet.png"))
 
     browser.find_element(By.NAME, "gate").send_keys("closed")  # the closed gates, through the page's own filter
-    wait.until(lambda b: sorted(r.get_attribute("data-table") for r in b.find_elements(By.CSS_SELECTOR,
-               "tr[data-table]")) == sorted(str(TABLES[n]) for n in CLOSED))  # fmt: skip
+    wait.until(
+        lambda b: sorted(r.get_attribute("data-table") for r in b.find_elements(By.CSS_SELECTOR, "tr[data-table]"))
+        == sorted(str(TABLES[n]) for n in CLOSED)
+    )
     assert all(
         r.get_attribute("data-gate") == "closed" for r in browser.find_elements(By.CSS_SELECTOR, "tr[data-table]")
     )

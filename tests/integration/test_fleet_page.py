@@ -201,8 +201,10 @@ def test_the_page_is_in_the_airflow_ui_behind_its_login(browser, live_airflow, c
     search = browser.find_element(By.NAME, "q")
     search.send_keys(str(compacted_table))
     search.submit()
-    wait.until(lambda b: [r.get_attribute("data-table") for r in b.find_elements(By.CSS_SELECTOR, "tr[data-table]")]
-               == [str(compacted_table)])  # fmt: skip
+    wait.until(
+        lambda b: [r.get_attribute("data-table") for r in b.find_elements(By.CSS_SELECTOR, "tr[data-table]")]
+        == [str(compacted_table)]
+    )
     browser.save_screenshot(str(BUILD / "iceberg-tables-in-the-airflow-ui.png"))
 
     # Dark mode, as the UI's own switch sets it (next-themes: localStorage "theme"): the page follows the theme.

@@ -80,8 +80,14 @@ def flink_job(tmp_path: Path, unique_name: str) -> Iterator[Callable[..., Sequen
     jobs: list[SequenceJob] = []
 
     def make(*, gate_url: str, table: str, user: str = "root", password: str = "") -> SequenceJob:
-        job = SequenceJob(tmp_path / f"job{len(jobs)}", gate_url=gate_url, table=table, writer_id=unique_name,
-                          user=user, password=password)  # fmt: skip
+        job = SequenceJob(
+            tmp_path / f"job{len(jobs)}",
+            gate_url=gate_url,
+            table=table,
+            writer_id=unique_name,
+            user=user,
+            password=password,
+        )
         jobs.append(job)
         return job
 

@@ -50,10 +50,17 @@ def test_backfilling_three_days_rewrites_exactly_those_partitions(unique_name, t
     dag_id = full_rewrite_dag_id(TableName.parse(table))
     backfilled = days[1:4]
     live_airflow.cli(
-        "backfill", "create", "--dag-id", dag_id,
-        "--from-date", backfilled[0].isoformat(), "--to-date", backfilled[-1].isoformat(),
-        "--max-active-runs", "1",
-    )  # fmt: skip
+        "backfill",
+        "create",
+        "--dag-id",
+        dag_id,
+        "--from-date",
+        backfilled[0].isoformat(),
+        "--to-date",
+        backfilled[-1].isoformat(),
+        "--max-active-runs",
+        "1",
+    )
 
     def backfill_runs():
         return live_airflow.query(

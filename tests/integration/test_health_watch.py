@@ -40,7 +40,7 @@ def watched(table: TableName, **settings) -> dict:
             "poll_interval": POLL_SECONDS,
             "cooldown_minutes": 1,
             "min_small_files": MIN_SMALL_FILES,
-        },  # fmt: skip
+        },
         **settings,
     }
 
@@ -81,9 +81,11 @@ def fleet(live_airflow, integration_stack):
 def wait_for_checks(live_airflow, tables, decided, what: str, timeout: float = 120) -> dict[str, dict]:
     """Each table's check once every one satisfies ``decided``."""
     return live_airflow.wait_for(
-        what, lambda: (found := checks(tables)) and len(found) == len(tables) and all(map(decided, found.values()))
-        and found, timeout, every=1,
-    )  # fmt: skip
+        what,
+        lambda: (found := checks(tables)) and len(found) == len(tables) and all(map(decided, found.values())) and found,
+        timeout,
+        every=1,
+    )
 
 
 def test_healthy_tables_create_no_runs_and_their_checks_say_why(live_airflow, fleet):
@@ -91,9 +93,10 @@ def test_healthy_tables_create_no_runs_and_their_checks_say_why(live_airflow, fl
     found = wait_for_checks(live_airflow, fleet, lambda c: c["decision"] == "healthy", "every table checked healthy")
     # Several sweeps later, still no run.
     live_airflow.wait_for(
-        "three more sweeps", lambda: all(c["checked_at"].timestamp() > since + 3 * POLL_SECONDS
-                                         for c in checks(fleet).values()), 120,
-    )  # fmt: skip
+        "three more sweeps",
+        lambda: all(c["checked_at"].timestamp() > since + 3 * POLL_SECONDS for c in checks(fleet).values()),
+        120,
+    )
     assert [t for t in fleet if runs(live_airflow, t)] == []
     check = found[str(fleet[0])]
     assert "healthy: no delete files, 1 data files in all" in check["reason"]
@@ -102,13 +105,19 @@ def test_healthy_tables_create_no_runs_and_their_checks_say_why(live_airflow, fl
     # The report and the Iceberg tables page say when each table was last checked, and what the check decided.
     report = subprocess.run(
         [str(Path(sys.executable).with_name("airflow-iceberg")), "report", "--table", str(fleet[0])],
-        env={**os.environ, "AIRFLOW_ICEBERG_CONFIG": str(live_airflow.table_list)}, capture_output=True, text=True,
+        env={**os.environ, "AIRFLOW_ICEBERG_CONFIG": str(live_airflow.table_list)},
+        capture_output=True,
+        text=True,
         check=True,
-    )  # fmt: skip
+    )
     (line,) = [line for line in report.stdout.splitlines() if line.startswith("  last check ")]
     assert "healthy: no delete files, 1 data files in all" in line and line.endswith("(read listing)")
-    listed = requests.get(f"{live_airflow.url}/iceberg/api/tables", params={"q": str(fleet[0])},
-                          headers={"Authorization": f"Bearer {live_airflow.token()}"}, timeout=60)  # fmt: skip
+    listed = requests.get(
+        f"{live_airflow.url}/iceberg/api/tables",
+        params={"q": str(fleet[0])},
+        headers={"Authorization": f"Bearer {live_airflow.token()}"},
+        timeout=60,
+    )
     assert listed.ok, listed.text
     [row] = listed.json()["rows"]
     assert row["need"] == "healthy" and "healthy: no delete files, 1 data files in all" in row["check"]["reason"]
@@ -139,9 +148,10 @@ def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_air
     # Healthy again: sweeps go on, and no second run comes.
     ended = time.time()
     live_airflow.wait_for(
-        "three sweeps after the run", lambda: checks([table])[str(table)]["checked_at"].timestamp()
-        > ended + 3 * POLL_SECONDS, 120,
-    )  # fmt: skip
+        "three sweeps after the run",
+        lambda: checks([table])[str(table)]["checked_at"].timestamp() > ended + 3 * POLL_SECONDS,
+        120,
+    )
     assert checks([table])[str(table)]["decision"] == "healthy"
     assert len(runs(live_airflow, table)) == 1
     assert [t for t in fleet if t != table and runs(live_airflow, t)] == []
@@ -150,8 +160,10 @@ def test_a_table_that_needs_work_gets_exactly_one_run_which_compacts_it(live_air
 
 def test_an_unreachable_catalog_neither_crashes_the_triggerer_nor_creates_runs(live_airflow, fleet):
     # A catalog whose database nothing answers: port 1 on loopback.
-    conn = {"conn_type": "iceberg", "extra": {"type": "sql", "uri": "mysql+pymysql://root@127.0.0.1:1/nowhere",
-                                              "warehouse": "file:///nonexistent"}}  # fmt: skip
+    conn = {
+        "conn_type": "iceberg",
+        "extra": {"type": "sql", "uri": "mysql+pymysql://root@127.0.0.1:1/nowhere", "warehouse": "file:///nonexistent"},
+    }
     live_airflow.cli("connections", "add", "lake_down", "--conn-json", json.dumps(conn))
     down = [TableName("lake_down", "watch", f"t{n}") for n in range(3)]
     live_airflow.add_tables(*(watched(t) for t in down))
@@ -168,8 +180,9 @@ def test_a_triggerer_killed_mid_sweep_neither_starts_a_second_run_nor_forgets_a_
     started, forgotten = fleet[2], fleet[3]
     append(started, MIN_SMALL_FILES)
     # Kill the triggerer the moment the watch has started a run for the first table, before it could remember it.
-    live_airflow.wait_for("the watch to start a run", lambda: checks([started])[str(started)]["decision"]
-                          == "started", 120, every=0.2)  # fmt: skip
+    live_airflow.wait_for(
+        "the watch to start a run", lambda: checks([started])[str(started)]["decision"] == "started", 120, every=0.2
+    )
     append(forgotten, MIN_SMALL_FILES)  # needs work while no triggerer runs
     live_airflow.restart_triggerer()
     for table in (started, forgotten):
@@ -178,7 +191,12 @@ def test_a_triggerer_killed_mid_sweep_neither_starts_a_second_run_nor_forgets_a_
         assert run["state"] == "success"
     # The new triggerer checks both healthy after their runs, and neither gets another run.
     ended = time.time()
-    wait_for_checks(live_airflow, [started, forgotten], lambda c: c["checked_at"].timestamp() > ended
-                    + 2 * POLL_SECONDS and c["decision"] == "healthy", "both healthy again", timeout=180)  # fmt: skip
+    wait_for_checks(
+        live_airflow,
+        [started, forgotten],
+        lambda c: c["checked_at"].timestamp() > ended + 2 * POLL_SECONDS and c["decision"] == "healthy",
+        "both healthy again",
+        timeout=180,
+    )
     assert [len(runs(live_airflow, t)) for t in (started, forgotten)] == [1, 1]
     assert [TableStats.read("lake", t).data_files for t in (started, forgotten)] == [1, 1]

@@ -115,8 +115,9 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
 ):
     table = f"lake.live.{unique_name}"
     config = table_config(table)
-    job = IngestJob(config, tmp_path / "ingest", gated=False, trigger_seconds=TRIGGER_SECONDS,
-                    format_version=format_version).start()  # fmt: skip
+    job = IngestJob(
+        config, tmp_path / "ingest", gated=False, trigger_seconds=TRIGGER_SECONDS, format_version=format_version
+    ).start()
     compaction_conflicts: list[str] = []
     try:
         job.wait_for_batches(3)
@@ -142,8 +143,10 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
         final = job.stop()
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
     writer_conflicts = [failure for failure in final["failures"] if "ValidationException" in failure]
-    print(f"ungated, Spark MERGE on format v{format_version}: rewrite conflicts {compaction_conflicts[:3]}; "
-          f"writer conflicts {writer_conflicts[:3]}")  # fmt: skip
+    print(
+        f"ungated, Spark MERGE on format v{format_version}: rewrite conflicts {compaction_conflicts[:3]}; "
+        f"writer conflicts {writer_conflicts[:3]}"
+    )
     assert compaction_conflicts or writer_conflicts, "no ValidationException on either side without the gate"
 
 

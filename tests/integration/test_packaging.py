@@ -26,8 +26,17 @@ from devkit.writers import write_small_files
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".venv" / "tools" / "bin" / "uv"
-WORKBENCH = ("devkit/", "tests/", "demo.py", "bench.py", "live_ingest.py", "writers.py",
-             "gated_ingest.py", "small_files_writer.py", "ingest_events.py")  # fmt: skip
+WORKBENCH = (
+    "devkit/",
+    "tests/",
+    "demo.py",
+    "bench.py",
+    "live_ingest.py",
+    "writers.py",
+    "gated_ingest.py",
+    "small_files_writer.py",
+    "ingest_events.py",
+)
 
 
 def run(command: list[str | Path], **kwargs) -> str:

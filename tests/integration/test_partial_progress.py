@@ -110,8 +110,10 @@ def test_a_rewrite_whose_commit_groups_fail_fails_its_run_and_says_so_in_result_
     deleter.join(timeout=60)
     assert deleter.error is None, f"the deleter failed: {deleter.error!r}"
     lost = deleter.deleted_files
-    print(f"{planned} data files planned in {len(PARTITIONS)} partitions; the deleter dropped "
-          f"{len(deleter.deleted_partitions)} partitions ({lost} files) after the first rewrite commit")  # fmt: skip
+    print(
+        f"{planned} data files planned in {len(PARTITIONS)} partitions; the deleter dropped "
+        f"{len(deleter.deleted_partitions)} partitions ({lost} files) after the first rewrite commit"
+    )
     assert 0 < lost < planned
 
     # The run's state: failed, at the rewrite, without a retry; the gate reopened and the run recorded.

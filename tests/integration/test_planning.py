@@ -135,8 +135,10 @@ def five_day_statements(table: str, unhealthy: list[str], healthy: list[str]) ->
 def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compaction_dag, table_config):
     table = f"lake.plan.{unique_name}"
     unhealthy, healthy = DAYS[3:], DAYS[:3]
-    run_statements(table_config(table), ["CREATE NAMESPACE IF NOT EXISTS lake.plan",
-                                          *five_day_statements(table, unhealthy, healthy)])  # fmt: skip
+    run_statements(
+        table_config(table),
+        ["CREATE NAMESPACE IF NOT EXISTS lake.plan", *five_day_statements(table, unhealthy, healthy)],
+    )
     before, data_before = files_by_partition(table), files_by_partition(table, content=0)
     deletes_before = files_by_partition(table, content=1)
     assert all(len(before[d]) == 1 for d in healthy) and all(len(data_before[d]) == 6 for d in unhealthy)
@@ -172,8 +174,11 @@ def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compa
     assert record["gate_closed_seconds"] > 0 and record["rewrite_seconds"] > 0
 
 
-SEED_DATA_OPTIONS = {"max-concurrent-file-group-rewrites": 200, "target-file-size-bytes": 134217728,
-                     "min-input-files": 5}  # fmt: skip
+SEED_DATA_OPTIONS = {
+    "max-concurrent-file-group-rewrites": 200,
+    "target-file-size-bytes": 134217728,
+    "min-input-files": 5,
+}
 SEED_WHERE = 'dt >= "20240620"'
 
 
@@ -189,12 +194,15 @@ def test_the_seeds_two_statements_from_the_table_list_match_the_same_calls_in_ba
         f"CALL lake.system.rewrite_position_delete_files(table => 'plan.{unique_name}_cli', "
         "options => map('rewrite-all', 'true'))",
     ]
-    results = run_statements(table_config(table), [
-        "CREATE NAMESPACE IF NOT EXISTS lake.plan",
-        *five_day_statements(table, DAYS, []),
-        *five_day_statements(copy, DAYS, []),
-        *bare_calls,
-    ])  # fmt: skip
+    results = run_statements(
+        table_config(table),
+        [
+            "CREATE NAMESPACE IF NOT EXISTS lake.plan",
+            *five_day_statements(table, DAYS, []),
+            *five_day_statements(copy, DAYS, []),
+            *bare_calls,
+        ],
+    )
     bare_results = results[-2:]
     assert bare_results[0]["rewritten_data_files_count"] == 18  # six files in each of the three days from 0620
 
@@ -223,7 +231,9 @@ def test_the_seeds_two_statements_from_the_table_list_match_the_same_calls_in_ba
     for content in (0, 1):
         layout, bare_layout = files_by_partition(table, content), files_by_partition(copy, content)
         assert {d: len(f) for d, f in layout.items()} == {d: len(f) for d, f in bare_layout.items()}
-    sizes = [sorted(f["file_size_in_bytes"] for f in load(t).inspect.files().to_pylist() if f["content"] == 0)
-             for t in (table, copy)]  # fmt: skip
+    sizes = [
+        sorted(f["file_size_in_bytes"] for f in load(t).inspect.files().to_pylist() if f["content"] == 0)
+        for t in (table, copy)
+    ]
     assert all(abs(a - b) <= 0.01 * b for a, b in zip(*sizes, strict=True)), sizes
     assert rows(table) == rows(copy)

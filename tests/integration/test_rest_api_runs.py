@@ -32,8 +32,9 @@ def data_files(table: TableName) -> set[str]:
 
 def test_a_run_without_logical_date_uses_its_own_where(unique_name, table_config, gate_hook, live_airflow):
     table = TableName.parse(f"lake.rest.{unique_name}")
-    write_small_files(table_config(table), "--days", "2", "--commits", "3", "--files-per-commit", "3",
-                      "--delete-commits", "1")  # fmt: skip
+    write_small_files(
+        table_config(table), "--days", "2", "--commits", "3", "--files-per-commit", "3", "--delete-commits", "1"
+    )
     before = data_files(table)
     live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
     dag_id = compaction_dag_id(table)

@@ -76,15 +76,36 @@ def standalone_cluster(tmp_path: Path, monkeypatch) -> Iterator[StandaloneCluste
     port, ui_port, worker_ui_port = free_port(), free_port(), free_port()
     cluster = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}")
     master = start(
-        [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-         "--webui-port", str(ui_port)],
+        [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui_port),
+        ],
         tmp_path / "master.log",
-    )  # fmt: skip
+    )
     worker = start(
-        [spark_class, "org.apache.spark.deploy.worker.Worker", cluster.master_url, "--host", "127.0.0.1",
-         "--cores", "2", "--memory", "2g", "--webui-port", str(worker_ui_port), "--work-dir", str(tmp_path / "work")],
+        [
+            spark_class,
+            "org.apache.spark.deploy.worker.Worker",
+            cluster.master_url,
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+            "--webui-port",
+            str(worker_ui_port),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
         tmp_path / "worker.log",
-    )  # fmt: skip
+    )
     try:
         deadline = time.monotonic() + 90
         while True:  # until the master answers and lists the worker as alive

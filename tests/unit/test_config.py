@@ -89,8 +89,10 @@ def test_a_where_without_a_template_that_spark_would_refuse_fails_its_entry_when
         "tables[0] (lake.db.quote): field 'where': where \"dt >= '2026-11-20\" is not valid Spark SQL: the ' at "
         "character 7 opens a string that is never closed: add the closing '"
     )
-    assert "tables[1] (lake.db.separator): field 'where': where.rewrite_data_files \"dt >= '2026-11-20';\" must " \
-           "be one condition, but it holds a ';'" in tables.errors[1]  # fmt: skip
+    assert (
+        "tables[1] (lake.db.separator): field 'where': where.rewrite_data_files \"dt >= '2026-11-20';\" must "
+        "be one condition, but it holds a ';'" in tables.errors[1]
+    )
 
 
 def test_unknown_field_and_bad_rewrite_option_are_named(tmp_path):

@@ -48,7 +48,7 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
                 "oldest_delete_ms": NOW_MS - 59 * MINUTE_MS,
             },
             [],
-        ),  # fmt: skip
+        ),
         (
             {
                 "data_files": 4,
@@ -58,7 +58,7 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
                 "oldest_delete_ms": NOW_MS,
             },
             ["delete ratio 0.10 (>= 0.1)"],
-        ),  # fmt: skip
+        ),
         (
             {
                 "data_files": 4,
@@ -68,7 +68,7 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
                 "oldest_delete_ms": NOW_MS - 61 * MINUTE_MS,
             },
             ["a delete file 61 min old (>= 60)"],
-        ),  # fmt: skip
+        ),
         (
             {
                 "data_files": 4,
@@ -80,11 +80,11 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
                 "oldest_delete_ms": NOW_MS,
             },
             ["1 small files and 3 equality-delete files (>= 4)"],
-        ),  # fmt: skip
+        ),
         (
             {"data_files": 4, "small_files": 3, "dangling_delete_files": 9},
             [],
-        ),  # fmt: skip
+        ),
     ],
     ids=[
         "three-small",
@@ -94,7 +94,7 @@ def table_health(*partitions: PartitionHealth) -> TableHealth:
         "old-delete",
         "equality-deletes-count-as-fragments",
         "dangling-deletes-never-trigger",
-    ],  # fmt: skip
+    ],
 )
 def test_a_partition_needs_work_exactly_when_a_threshold_is_met(counts, reasons):
     assert partition_reasons(partition("20240620", **counts), THRESHOLDS, NOW_MS) == reasons
@@ -112,8 +112,15 @@ def test_a_partition_needs_work_exactly_when_a_threshold_is_met(counts, reasons)
 )
 def test_flinks_equality_delete_thresholds_apply_only_when_set(limits, reasons):
     thresholds = HealthThresholds(min_small_files=12, max_delete_ratio=1.0, max_delete_age_minutes=600, **limits)
-    health = partition("20240620", data_files=1, equality_delete_files=2, data_records=100, delete_records=8,
-                       equality_delete_records=8, oldest_delete_ms=NOW_MS)  # fmt: skip
+    health = partition(
+        "20240620",
+        data_files=1,
+        equality_delete_files=2,
+        data_records=100,
+        delete_records=8,
+        equality_delete_records=8,
+        oldest_delete_ms=NOW_MS,
+    )
     assert partition_reasons(health, thresholds, NOW_MS) == reasons
 
 
@@ -153,8 +160,16 @@ def test_a_deletion_vector_dangles_once_the_data_file_it_names_is_gone():
 def test_partitions_with_equality_deletes_have_every_data_file_rewritten_so_the_deletes_can_go():
     where = {"rewrite_data_files": None, "rewrite_position_delete_files": None}
     small_only = partition("20240620", data_files=4, small_files=4)
-    equality = partition("20240621", data_files=2, small_files=1, equality_delete_files=3, data_records=100,
-                         delete_records=3, equality_delete_records=3, oldest_delete_ms=NOW_MS)  # fmt: skip
+    equality = partition(
+        "20240621",
+        data_files=2,
+        small_files=1,
+        equality_delete_files=3,
+        data_records=100,
+        delete_records=3,
+        equality_delete_records=3,
+        oldest_delete_ms=NOW_MS,
+    )
     assert make_plan(table_health(small_only), THRESHOLDS, where).options == {}
     plan = make_plan(table_health(small_only, equality), THRESHOLDS, where)
     assert plan.options == {"rewrite_data_files": {"rewrite-all": True}}
@@ -162,8 +177,11 @@ def test_partitions_with_equality_deletes_have_every_data_file_rewritten_so_the_
 
 
 def test_with_no_partition_needing_work_the_plan_skips_and_says_why():
-    plan = make_plan(table_health(partition("20240620", data_files=2, small_files=2)), THRESHOLDS,
-                     {"rewrite_data_files": None, "rewrite_position_delete_files": None})  # fmt: skip
+    plan = make_plan(
+        table_health(partition("20240620", data_files=2, small_files=2)),
+        THRESHOLDS,
+        {"rewrite_data_files": None, "rewrite_position_delete_files": None},
+    )
     assert (plan.decision, plan.predicates, plan.partitions) == ("skip", {}, {})
     assert plan.reason.startswith("no partition needs work: none has 4 small files (under 768 bytes)")
     assert plan.health["data_files"] == 2 and plan.health["unhealthy"] == []
@@ -171,8 +189,9 @@ def test_with_no_partition_needing_work_the_plan_skips_and_says_why():
 
 def test_each_rewrite_is_narrowed_to_the_partitions_that_need_it_within_its_where():
     small = partition("20240621", data_files=6, small_files=6)
-    deletes = partition("20240622", data_files=1, position_delete_files=2, data_records=10, delete_records=5,
-                        oldest_delete_ms=NOW_MS)  # fmt: skip
+    deletes = partition(
+        "20240622", data_files=1, position_delete_files=2, data_records=10, delete_records=5, oldest_delete_ms=NOW_MS
+    )
     healthy = partition("20240620", data_files=1, small_files=1)
     where = {"rewrite_data_files": "dt >= '20240621'", "rewrite_position_delete_files": None}
 

@@ -18,8 +18,10 @@ def snapshot(sid: int, parent: int | None, added: int | None, total: int, delete
 
 
 def metadata(*snapshots: dict, current: int | None = None) -> dict:
-    return {"current-snapshot-id": current if current is not None else snapshots[-1]["snapshot-id"],
-            "snapshots": list(snapshots)}  # fmt: skip
+    return {
+        "current-snapshot-id": current if current is not None else snapshots[-1]["snapshot-id"],
+        "snapshots": list(snapshots),
+    }
 
 
 def plan(decision: str) -> Plan:

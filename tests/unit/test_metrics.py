@@ -36,9 +36,17 @@ def recorder():
     stats.initialize(factory=NoStatsLogger, export_legacy_names=False)
 
 
-RECORD = {"table_name": "lake.db.t", "run_id": "manual__1", "decision": "compact", "outcome": "success",
-          "data_files_before": 24, "data_files_after": 2, "delete_files_before": 3, "delete_files_after": 0,
-          "gate_closed_seconds": Decimal("21.500")}  # fmt: skip
+RECORD = {
+    "table_name": "lake.db.t",
+    "run_id": "manual__1",
+    "decision": "compact",
+    "outcome": "success",
+    "data_files_before": 24,
+    "data_files_after": 2,
+    "delete_files_before": 3,
+    "delete_files_after": 0,
+    "gate_closed_seconds": Decimal("21.500"),
+}
 
 
 def test_a_finished_run_sends_its_outcome_files_and_pause_tagged_by_table(recorder):
@@ -55,8 +63,14 @@ def test_a_finished_run_sends_its_outcome_files_and_pause_tagged_by_table(record
 
 
 def test_a_run_that_ended_before_its_rewrites_sends_only_what_it_knows(recorder):
-    skipped = {**RECORD, "decision": "skip", "outcome": "skipped", "data_files_after": None,
-               "delete_files_after": None, "gate_closed_seconds": None}  # fmt: skip
+    skipped = {
+        **RECORD,
+        "decision": "skip",
+        "outcome": "skipped",
+        "data_files_after": None,
+        "delete_files_after": None,
+        "gate_closed_seconds": None,
+    }
     metrics.emit_run(skipped)
     assert [name for _, name, _, _ in recorder.sent] == [
         "iceberg.run.finished",

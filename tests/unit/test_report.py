@@ -17,10 +17,14 @@ def record(minute: int, decision: str, outcome: str, before=(None, None, None), 
         "finished_at": T0 + timedelta(minutes=minute + 1),
         "decision": decision,
         "outcome": outcome,
-        "data_files_before": before[0], "delete_files_before": before[1], "bytes_before": before[2],
-        "data_files_after": after[0], "delete_files_after": after[1], "bytes_after": after[2],
+        "data_files_before": before[0],
+        "delete_files_before": before[1],
+        "bytes_before": before[2],
+        "data_files_after": after[0],
+        "delete_files_after": after[1],
+        "bytes_after": after[2],
         "gate_closed_seconds": more.get("paused"),
-    }  # fmt: skip
+    }
 
 
 RUNS = [
@@ -56,8 +60,13 @@ def test_the_text_names_the_last_compaction_not_the_last_run():
 
 
 def test_the_text_says_when_the_watch_last_checked_and_what_it_decided():
-    check = {"checked_at": T0, "decision": "waiting", "reason": "1 of 1 partitions need work; waits: a run is queued",
-             "reading": "listing", "started_at": T0 - timedelta(minutes=2)}  # fmt: skip
+    check = {
+        "checked_at": T0,
+        "decision": "waiting",
+        "reason": "1 of 1 partitions need work; waits: a run is queued",
+        "reading": "listing",
+        "started_at": T0 - timedelta(minutes=2),
+    }
     text = render_text([TableSummary("lake.db.t", None, None, [], (), check)])
     assert (
         "  last check       2026-11-25 03:00:00 UTC  waiting: 1 of 1 partitions need work; waits: a run is queued "

@@ -46,8 +46,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
         # Waiting for a slot pauses no writer and is no gate change: the audit trail stays empty.
         assert not writer_paused(gate_hook, table) and gate_hook.audit_trail(table) == []
     queue = gate_hook.spark_queue(conn)
-    assert [(e.table, e.holding, e.waiting) for e in queue] == [(t1, True, False), (t3, False, True),
-                                                              (t2, False, True)]  # fmt: skip
+    assert [(e.table, e.holding, e.waiting) for e in queue] == [(t1, True, False), (t3, False, True), (t2, False, True)]
 
     gate_hook.open_gate(t1, owner(t1))  # frees the slot; t2 asked before t3 did, but t3 is in worse health
     with pytest.raises(SparkSlotsBusyError, match=f"ahead: {t3} \\(score 50\\)"):
@@ -86,9 +85,16 @@ def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_whe
     (t1, t2, _), conn = fleet
     gate_hook.close_gate(t1, owner(t1), 600, 600, SlotRequest(conn, 1, 0, 60))
     task = CloseWriteGateOperator(
-        task_id="close_gate", table=t2, lease_seconds=600, max_pause_seconds=600, gate_wait_seconds=120,
-        poke_interval=0.2, spark_conn_id=conn, spark_slots=1, plan_task_id="plan_compaction",
-    )  # fmt: skip
+        task_id="close_gate",
+        table=t2,
+        lease_seconds=600,
+        max_pause_seconds=600,
+        gate_wait_seconds=120,
+        poke_interval=0.2,
+        spark_conn_id=conn,
+        spark_slots=1,
+        plan_task_id="plan_compaction",
+    )
     plan = {"score": 7}
     context = {
         "dag": type("Dag", (), {"dag_id": owner(t2).dag_id}),
@@ -114,9 +120,15 @@ def test_close_task_gives_up_after_its_wait_naming_the_slots_and_changes_nothing
     (t1, t2, _), conn = fleet
     gate_hook.close_gate(t1, owner(t1), 600, 600, SlotRequest(conn, 1, 0, 60))
     task = CloseWriteGateOperator(
-        task_id="close_gate", table=t2, lease_seconds=600, max_pause_seconds=600, gate_wait_seconds=1,
-        poke_interval=0.2, spark_conn_id=conn, spark_slots=1,
-    )  # fmt: skip
+        task_id="close_gate",
+        table=t2,
+        lease_seconds=600,
+        max_pause_seconds=600,
+        gate_wait_seconds=1,
+        poke_interval=0.2,
+        spark_conn_id=conn,
+        spark_slots=1,
+    )
     context = {"dag": type("Dag", (), {"dag_id": owner(t2).dag_id}), "run_id": owner(t2).run_id}
     with pytest.raises(SparkSlotsBusyError, match=f"gave up after 1 s: {t2} waits for a Spark slot of '{conn}'"):
         task.execute(context)

@@ -115,9 +115,13 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
     # What the later versions added works: the writer registers and acknowledges, the holder opens.
     connection = hook.get_connection("scratch_gate")
     writer = WriteGateClient.connect(
-        TABLE, host=connection.host, port=connection.port, user=connection.login,
-        password=connection.password or "", database=connection.schema,
-    )  # fmt: skip
+        TABLE,
+        host=connection.host,
+        port=connection.port,
+        user=connection.login,
+        password=connection.password or "",
+        database=connection.schema,
+    )
     try:
         assert writer.acknowledge_pause(17)
     finally:

@@ -39,9 +39,12 @@ def full_name(iceberg_table) -> str:
 
 def check(iceberg_table, idle_seconds: int, owner: GateOwner = OWNER):
     return check_snapshot_idle(
-        table=TableName.parse(full_name(iceberg_table)), owner=owner, idle_seconds=idle_seconds,
-        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default",
-    )  # fmt: skip
+        table=TableName.parse(full_name(iceberg_table)),
+        owner=owner,
+        idle_seconds=idle_seconds,
+        iceberg_conn_id="lake",
+        write_gate_conn_id="write_gate_default",
+    )
 
 
 def test_quiet_time_counts_from_a_snapshot_committed_after_the_gate_closed(table):
@@ -73,17 +76,25 @@ def test_a_table_missing_from_the_catalog_is_a_clear_error(unique_name):
     WriteGateHook().close_gate(f"lake.{NAMESPACE}.{unique_name}", OWNER, lease_seconds=600)
     with pytest.raises(LookupError, match="connection id must equal the Spark catalog name 'lake'"):
         check_snapshot_idle(
-            table=TableName("lake", NAMESPACE, unique_name), owner=OWNER, idle_seconds=0,
-            iceberg_conn_id="lake", write_gate_conn_id="write_gate_default",
-        )  # fmt: skip
+            table=TableName("lake", NAMESPACE, unique_name),
+            owner=OWNER,
+            idle_seconds=0,
+            iceberg_conn_id="lake",
+            write_gate_conn_id="write_gate_default",
+        )
 
 
 def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
     WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
     trigger = SnapshotIdleTrigger(
-        table=full_name(table), dag_id=OWNER.dag_id, run_id=OWNER.run_id, idle_seconds=2,
-        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default", poke_interval=0.5,
-    )  # fmt: skip
+        table=full_name(table),
+        dag_id=OWNER.dag_id,
+        run_id=OWNER.run_id,
+        idle_seconds=2,
+        iceberg_conn_id="lake",
+        write_gate_conn_id="write_gate_default",
+        poke_interval=0.5,
+    )
 
     async def first_event():
         return await anext(trigger.run())
@@ -95,9 +106,14 @@ def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
 
 def test_the_trigger_reports_a_gate_not_held_instead_of_crashing(table):
     trigger = SnapshotIdleTrigger(
-        table=full_name(table), dag_id="nobody", run_id="r", idle_seconds=2,
-        iceberg_conn_id="lake", write_gate_conn_id="write_gate_default", poke_interval=0.5,
-    )  # fmt: skip
+        table=full_name(table),
+        dag_id="nobody",
+        run_id="r",
+        idle_seconds=2,
+        iceberg_conn_id="lake",
+        write_gate_conn_id="write_gate_default",
+        poke_interval=0.5,
+    )
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=60))
     assert event.payload["status"] == "not_held"  # the sensor then fails without retries
     assert "WriteGateNotHeldError" in event.payload["message"]

@@ -77,8 +77,13 @@ def test_a_renewal_that_hangs_does_not_hold_the_work_past_the_lease():
             return super().renew()
 
     lost: list[str] = []
-    keep = LeaseKeeper(HangingLease(0.6), lambda reason: (lost.append(reason), stopped.set()), every=0.05,
-                       margin=0.2, log=lambda message: None)  # fmt: skip
+    keep = LeaseKeeper(
+        HangingLease(0.6),
+        lambda reason: (lost.append(reason), stopped.set()),
+        every=0.05,
+        margin=0.2,
+        log=lambda message: None,
+    )
     keep.start()
     try:
         assert stopped.wait(30), "the work was never stopped"

@@ -50,10 +50,12 @@ def test_the_result_line_is_kept_even_with_spark_progress_text_after_it(spark_su
 
 def test_each_procedures_result_line_is_kept_by_its_name(spark_submit):
     deletes = {"rewritten_delete_files_count": 4, "added_delete_files_count": 0}
-    spark_submit([
-        format_result_line({"procedure": "rewrite_data_files", **RESULT}),
-        format_result_line({"procedure": "rewrite_position_delete_files", **deletes}),
-    ])  # fmt: skip
+    spark_submit(
+        [
+            format_result_line({"procedure": "rewrite_data_files", **RESULT}),
+            format_result_line({"procedure": "rewrite_position_delete_files", **deletes}),
+        ]
+    )
     hook = IcebergSparkSubmitHook(name="t")
     hook.submit("job.py")
     assert hook.results == {"rewrite_data_files": RESULT, "rewrite_position_delete_files": deletes}

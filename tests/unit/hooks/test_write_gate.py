@@ -159,8 +159,14 @@ def test_a_gate_mysql_that_does_not_answer_is_named_with_its_connection_and_what
 
     from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
 
-    nothing_listens = {"conn_type": "iceberg_write_gate", "host": "127.0.0.1", "port": 1, "schema": "gates",
-                       "login": "airflow", "password": "Gate-secret-77"}  # fmt: skip
+    nothing_listens = {
+        "conn_type": "iceberg_write_gate",
+        "host": "127.0.0.1",
+        "port": 1,
+        "schema": "gates",
+        "login": "airflow",
+        "password": "Gate-secret-77",
+    }
     monkeypatch.setenv("AIRFLOW_CONN_GATE_DOWN", json.dumps(nothing_listens))
     with pytest.raises(WriteGateUnreachableError) as down:
         WriteGateHook("gate_down").get_state("lake.db.t")
@@ -182,8 +188,14 @@ def test_a_short_lease_still_waits_for_writers_seen_within_the_last_minute():
 def entry(table: str, score: int, *, waited: float = 0, holding: bool = False, waiting: bool = True) -> SlotQueueEntry:
     """A run of ``table`` in a Spark connection's queue, asking since ``waited`` seconds before NOW."""
     owner = GateOwner(f"iceberg_compact__lake__db__{table}", "manual__1")
-    return SlotQueueEntry(f"lake.db.{table}", owner, score, NOW - timedelta(seconds=waited),
-                          waiting=waiting and not holding, holding=holding)  # fmt: skip
+    return SlotQueueEntry(
+        f"lake.db.{table}",
+        owner,
+        score,
+        NOW - timedelta(seconds=waited),
+        waiting=waiting and not holding,
+        holding=holding,
+    )
 
 
 def admission(queue: list[SlotQueueEntry], table: str, slots: int):

@@ -147,9 +147,12 @@ def test_kubernetes_submission_comes_from_the_connection_too(monkeypatch):
 
 def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
     return IcebergRewriteOperator(
-        task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"],
-        where={"rewrite_data_files": where} if where else None, apply_run_params=True,
-    )  # fmt: skip
+        task_id="rewrite_files",
+        table="lake.demo.events",
+        procedures=["rewrite_data_files"],
+        where={"rewrite_data_files": where} if where else None,
+        apply_run_params=True,
+    )
 
 
 @pytest.mark.parametrize(
@@ -165,8 +168,12 @@ def gated_rewrite(where: str | None) -> IcebergRewriteOperator:
     ids=["taken", "ceiling", "not-renewed"],
 )  # fmt: skip
 def test_a_rewrite_stopped_for_its_lease_says_why_and_what_to_do(reason, advice):
-    op = IcebergRewriteOperator(task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"],
-                                write_gate_conn_id="write_gate_default")  # fmt: skip
+    op = IcebergRewriteOperator(
+        task_id="rewrite_files",
+        table="lake.demo.events",
+        procedures=["rewrite_data_files"],
+        write_gate_conn_id="write_gate_default",
+    )
     message = str(op._failure(LeaseLostError(reason)))
     assert message.startswith(
         f"rewrite_data_files on lake.demo.events was stopped because its run could not keep the write gate: {reason}."
@@ -205,8 +212,19 @@ def rewrite_with_spark_submit(tmp_path: Path, monkeypatch, script: str) -> Icebe
     spark_submit.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", "extra": {"type": "sql",
-                       "uri": "mysql+pymysql://u@127.0.0.1:1/unused", "warehouse": "file:///tmp/unused"}}))  # fmt: skip
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_LAKE",
+        json.dumps(
+            {
+                "conn_type": "iceberg",
+                "extra": {
+                    "type": "sql",
+                    "uri": "mysql+pymysql://u@127.0.0.1:1/unused",
+                    "warehouse": "file:///tmp/unused",
+                },
+            }
+        ),
+    )
     op = gated_rewrite(None)
     op.apply_run_params = False
     return op
@@ -216,11 +234,12 @@ def test_a_commit_conflict_fails_the_rewrite_without_retries(tmp_path, monkeypat
     from airflow.sdk.exceptions import AirflowFailException
 
     op = rewrite_with_spark_submit(
-        tmp_path, monkeypatch,
+        tmp_path,
+        monkeypatch,
         "echo 'py4j.protocol.Py4JJavaError: An error occurred while calling o42.sql.'\n"
         "echo ': org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete for "
         "replaced data file'\nexit 1\n",
-    )  # fmt: skip
+    )
     with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict") as raised:
         op.execute({"outlet_events": {}})
     assert "Cannot commit, found new position delete" in str(raised.value)
@@ -298,10 +317,15 @@ def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any)
 
     monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
     op = IcebergRewriteOperator(
-        **{"task_id": "rewrite_files", "table": "lake.demo.events", "procedures": ["rewrite_data_files"],
-           "write_gate_conn_id": "write_gate_default", **rewrite},
+        **{
+            "task_id": "rewrite_files",
+            "table": "lake.demo.events",
+            "procedures": ["rewrite_data_files"],
+            "write_gate_conn_id": "write_gate_default",
+            **rewrite,
+        },
         durable=False,  # YARN cluster mode resumes only through the ResourceManager's REST API, not set up here
-    )  # fmt: skip
+    )
 
     class Dag:
         dag_id = "iceberg_compact__lake__demo__events"
@@ -390,8 +414,12 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite_without
 
 
 def test_a_partial_progress_rewrite_that_committed_every_planned_file_succeeds(tmp_path, monkeypatch):
-    result = {"rewritten_data_files_count": 40, "failed_data_files_count": 0, "planned_data_files_count": 40,
-              "uncommitted_data_files_count": 0}  # fmt: skip
+    result = {
+        "rewritten_data_files_count": 40,
+        "failed_data_files_count": 0,
+        "planned_data_files_count": 40,
+        "uncommitted_data_files_count": 0,
+    }
     line = format_result_line({"procedure": "rewrite_data_files", **result})
     op = rewrite_with_spark_submit(tmp_path, monkeypatch, f"echo '{line}'\n")
     ti = PushedXCom()
@@ -402,10 +430,14 @@ def test_a_partial_progress_rewrite_that_committed_every_planned_file_succeeds(t
 def test_both_rewrites_go_to_one_spark_submit_in_order_each_with_its_own_predicate(monkeypatch, tmp_path):
     both = ["rewrite_data_files", "rewrite_position_delete_files"]
     command, *_ = submitted(
-        monkeypatch, tmp_path, DEPLOY_MODES["local"][0], SECRET_CATALOGS["jdbc-password"][0], procedures=both,
+        monkeypatch,
+        tmp_path,
+        DEPLOY_MODES["local"][0],
+        SECRET_CATALOGS["jdbc-password"][0],
+        procedures=both,
         options={"rewrite_data_files": {"min-input-files": 5}, "rewrite_position_delete_files": {"rewrite-all": True}},
         where={"rewrite_data_files": "dt >= '20240620'"},
-    )  # fmt: skip
+    )
     assert [c["procedure"] for c in json.loads(flag(command, "--calls"))] == both
     data, deletes = json.loads(flag(command, "--calls"))
     assert (data["options"], data["where"]) == ({"min-input-files": 5}, "dt >= '20240620'")
@@ -437,8 +469,10 @@ def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_f
         {"table": "lake.cdc.orders", "rewrite_data_files": {"delete-file-threshold": 5, "min-input-files": 2}}
     )
     assert options(build_compaction_dag(own), "rewrite_data_files") == {
-        "delete-file-threshold": 5, "remove-dangling-deletes": True, "min-input-files": 2,
-    }  # fmt: skip
+        "delete-file-threshold": 5,
+        "remove-dangling-deletes": True,
+        "min-input-files": 2,
+    }
     full = build_full_rewrite_dag(plain)
     assert options(full, "rewrite_data_files")["remove-dangling-deletes"] is True
     assert options(full, "rewrite_data_files")["rewrite-all"] is True

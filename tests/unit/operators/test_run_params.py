@@ -96,8 +96,9 @@ class FakeIcebergTable:
 
 
 def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> CheckRunParamsOperator:
-    op = CheckRunParamsOperator(task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake",
-                                where=dict.fromkeys(PROCEDURES, where))  # fmt: skip
+    op = CheckRunParamsOperator(
+        task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake", where=dict.fromkeys(PROCEDURES, where)
+    )
     monkeypatch.setattr(op, "_load_table", FakeIcebergTable)
     return op
 

@@ -35,6 +35,9 @@ def test_expire_snapshots_takes_its_settings_explicitly():
     assert op.arguments == {"expire_snapshots": {"retain_last": 7}}
     with pytest.raises(ValueError, match="older_than_hours must not be negative, got -1"):
         ExpireSnapshotsOperator(
-            task_id="e", table="lake.demo.events", older_than_hours=-1, retain_last=1,
+            task_id="e",
+            table="lake.demo.events",
+            older_than_hours=-1,
+            retain_last=1,
             checkpoint_marker=FLINK_CHECKPOINT_MARKER,
-        )  # fmt: skip
+        )

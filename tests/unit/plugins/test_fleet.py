@@ -25,8 +25,9 @@ print(json.dumps({{"apps": [a["url_prefix"] for a in P.fastapi_apps], "fastapi":
 
 def load(first: str = "") -> dict:
     """The plugin as a fresh process loads it, after running ``first``."""
-    result = subprocess.run([sys.executable, "-c", LOAD.format(first=first)], capture_output=True, text=True,
-                            timeout=300, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD.format(first=first)], capture_output=True, text=True, timeout=300, check=True
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -39,10 +40,17 @@ def test_a_task_process_loading_plugins_does_not_import_fastapi_or_build_the_app
     assert load() == {
         "apps": [],
         "fastapi": False,
-        "react_apps": [{"name": "Iceberg tables", "bundle_url": "iceberg/static/iceberg-tables.js",
-                        "destination": "nav", "category": "browse", "url_route": "iceberg-tables"}],
+        "react_apps": [
+            {
+                "name": "Iceberg tables",
+                "bundle_url": "iceberg/static/iceberg-tables.js",
+                "destination": "nav",
+                "category": "browse",
+                "url_route": "iceberg-tables",
+            }
+        ],
         "views": [],
-    }  # fmt: skip
+    }
 
 
 def test_the_api_server_which_runs_on_fastapi_gets_the_app_under_its_prefix():
@@ -58,16 +66,36 @@ NOW = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
 
 
 def gate(closed: bool) -> GateState:
-    return GateState(TABLE, "closed" if closed else "open", HELD_BY if closed else None, NOW,
-                     NOW + timedelta(seconds=300) if closed else None, None, NOW)  # fmt: skip
+    return GateState(
+        TABLE,
+        "closed" if closed else "open",
+        HELD_BY if closed else None,
+        NOW,
+        NOW + timedelta(seconds=300) if closed else None,
+        None,
+        NOW,
+    )
 
 
 def run(run_id: str, started: datetime, outcome: str = "success", detail: str | None = None) -> dict:
-    return {"run_id": run_id, "dag_id": HELD_BY.dag_id, "started_at": started, "finished_at": started,
-            "decision": "compact", "outcome": outcome, "reason": "1 of 2 partitions need work",
-            "data_files_before": 24, "data_files_after": 2, "delete_files_before": 3, "delete_files_after": 0,
-            "bytes_before": 48_000, "bytes_after": 40_000, "gate_closed_seconds": 21.5,
-            "rewrite_seconds": 12.0, "detail": detail}  # fmt: skip
+    return {
+        "run_id": run_id,
+        "dag_id": HELD_BY.dag_id,
+        "started_at": started,
+        "finished_at": started,
+        "decision": "compact",
+        "outcome": outcome,
+        "reason": "1 of 2 partitions need work",
+        "data_files_before": 24,
+        "data_files_after": 2,
+        "delete_files_before": 3,
+        "delete_files_after": 0,
+        "bytes_before": 48_000,
+        "bytes_after": 40_000,
+        "gate_closed_seconds": 21.5,
+        "rewrite_seconds": 12.0,
+        "detail": detail,
+    }
 
 
 FAILURE = "rewrite_data_files left 7 data files of 40 planned as they were: 7 were rewritten but their commit failed"
@@ -102,13 +130,23 @@ def client(monkeypatch, tmp_path):
     monkeypatch.setattr(report, "summarize", summarize)
     readable = {compaction_dag_id(TableName.parse(t)) for t in (TABLE, OTHER)}  # not lake.ui.hidden's
     monkeypatch.setattr(fleet, "_readable_dag_ids", lambda user: readable)
-    monkeypatch.setattr(fleet, "_may", lambda user, method, dag_id: dag_id in readable and (
-        method == "GET" or user.name == "admin"))  # fmt: skip
+    monkeypatch.setattr(
+        fleet, "_may", lambda user, method, dag_id: dag_id in readable and (method == "GET" or user.name == "admin")
+    )
     monkeypatch.setattr(WriteGateHook, "audit_trail", lambda self, table: [])
     monkeypatch.setattr(WriteGateHook, "gate_states", lambda self: {TABLE: gate(state["closed"])})
-    checks = {OTHER: {"decision": "needs_work", "reason": "3 partitions need work", "reading": "manifests",
-                      "score": 40, "data_files": 90, "delete_files": 4, "checked_at": NOW,
-                      "started_at": None}}  # fmt: skip
+    checks = {
+        OTHER: {
+            "decision": "needs_work",
+            "reason": "3 partitions need work",
+            "reading": "manifests",
+            "score": 40,
+            "data_files": 90,
+            "delete_files": 4,
+            "checked_at": NOW,
+            "started_at": None,
+        }
+    }
     monkeypatch.setattr(WriteGateHook, "health_checks", lambda self, table=None: checks)
     monkeypatch.setattr(WriteGateHook, "last_runs", lambda self, tables: {TABLE: RUNS[-1] | {"table_name": TABLE}})
     monkeypatch.setattr(WriteGateHook, "failed_runs", lambda self, seconds: {TABLE: 1})
@@ -131,8 +169,13 @@ def client(monkeypatch, tmp_path):
 def test_the_list_joins_gates_checks_and_runs_by_need_and_reads_no_table(client):
     http, state = client
     answer = http.get("/iceberg/api/tables").json()
-    assert answer["summary"] == {"tables": 2, "gates_closed": 1, "needing_work": 1, "check_failed": 0,
-                                 "runs_failed_24h": 1}  # fmt: skip
+    assert answer["summary"] == {
+        "tables": 2,
+        "gates_closed": 1,
+        "needing_work": 1,
+        "check_failed": 0,
+        "runs_failed_24h": 1,
+    }
     assert [r["table"] for r in answer["rows"]] == [OTHER, TABLE]  # needs work first; hidden is not listed
     other, table = answer["rows"]
     assert (other["need"], other["score"], other["data_files"], other["gate"]) == ("needs_work", 40, 90, "open")
@@ -177,7 +220,9 @@ def test_a_table_page_offers_force_open_to_editors_only_and_keeps_the_runs_of_it
     assert [r["run_id"] for r in page["runs"]] == ["manual__1"]  # the 40-day-old run is out of range
     assert page["runs"][0]["outcome"] == "failed" and page["runs"][0]["detail"] == FAILURE  # what it left undone
     assert [r["run_id"] for r in http.get(f"/iceberg/api/tables/{TABLE}?days=0").json()["runs"]] == [
-        "manual__old", "manual__1"]  # fmt: skip
+        "manual__old",
+        "manual__1",
+    ]
     token = form_token(http)
     state["user"] = "viewer"
     viewer = http.get(f"/iceberg/api/tables/{TABLE}").json()
@@ -191,8 +236,11 @@ def test_force_open_needs_a_reason_and_records_who_gave_it(client):
     token = form_token(http)
     blank = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "  ", "form_token": token})
     assert blank.status_code == 400
-    done = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token},
-                     headers={"Origin": "http://testserver"})  # fmt: skip
+    done = http.post(
+        f"/iceberg/api/tables/{TABLE}/force-open",
+        data={"reason": "run died", "form_token": token},
+        headers={"Origin": "http://testserver"},
+    )
     assert done.status_code == 200 and done.json() == {"table": TABLE, "opened": True}
     assert state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
     page = http.get(f"/iceberg/api/tables/{TABLE}").json()  # the gate is open now: nothing to force, no holder
@@ -216,8 +264,12 @@ def test_a_cross_site_force_open_is_refused_and_the_gate_stays_closed(client, he
     http, state = client
     from airflow_iceberg.plugins.fleet import _form_signer
 
-    tokens = {"the page's": form_token(http), "forged": "x" + form_token(http)[1:],
-              "another user's": _form_signer().dumps("viewer"), None: None}  # fmt: skip
+    tokens = {
+        "the page's": form_token(http),
+        "forged": "x" + form_token(http)[1:],
+        "another user's": _form_signer().dumps("viewer"),
+        None: None,
+    }
     data = {"reason": "writers, resume"} | ({"form_token": tokens[token]} if tokens[token] else {})
     refused = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data=data, headers=headers)
     assert refused.status_code == 403 and refusal in refused.json()["detail"], refused.text

@@ -12,14 +12,27 @@ NOW = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
 
 
 def check(decision: str, score: int | None = None) -> dict:
-    return {"decision": decision, "reason": "why", "reading": "listing", "score": score, "data_files": 10,
-            "delete_files": 1, "checked_at": NOW}  # fmt: skip
+    return {
+        "decision": decision,
+        "reason": "why",
+        "reading": "listing",
+        "score": score,
+        "data_files": 10,
+        "delete_files": 1,
+        "checked_at": NOW,
+    }
 
 
 def last(outcome: str, hours_ago: float = 1) -> dict:
     started = NOW - timedelta(hours=hours_ago)
-    return {"dag_id": "d", "run_id": f"r{hours_ago}", "decision": "compact", "outcome": outcome,
-            "started_at": started, "finished_at": started}  # fmt: skip
+    return {
+        "dag_id": "d",
+        "run_id": f"r{hours_ago}",
+        "decision": "compact",
+        "outcome": outcome,
+        "started_at": started,
+        "finished_at": started,
+    }
 
 
 class Closed:
@@ -66,8 +79,13 @@ def test_by_need_the_worst_come_first_then_failed_checks_unknown_and_healthy():
     answer = page(FLEET, FleetQuery())
     assert [r["table"] for r in answer["rows"]] == ["a.n.worst", "a.n.mild", "a.n.broken", "a.n.cron", "a.n.healthy"]
     assert [NEEDS.index(r["need"]) for r in answer["rows"]] == [0, 0, 1, 2, 3]
-    assert answer["summary"] == {"tables": 5, "gates_closed": 1, "needing_work": 2, "check_failed": 1,
-                                 "runs_failed_24h": 2}  # fmt: skip
+    assert answer["summary"] == {
+        "tables": 5,
+        "gates_closed": 1,
+        "needing_work": 2,
+        "check_failed": 1,
+        "runs_failed_24h": 2,
+    }
 
 
 def test_the_other_orders():

@@ -35,8 +35,11 @@ def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
     monkeypatch.setattr(sensor, "_check", lambda context: released.wait(600))  # a look that never comes back
     started = time.monotonic()
     try:
-        with pytest.raises(AirflowSensorTimeout, match="timeout of 2 s ran out, with a look still running: the look at "
-                           "lake.demo.events did not finish in time: the catalog or the gate's MySQL"):  # fmt: skip
+        with pytest.raises(
+            AirflowSensorTimeout,
+            match="timeout of 2 s ran out, with a look still running: the look at "
+            "lake.demo.events did not finish in time: the catalog or the gate's MySQL",
+        ):
             sensor.execute({"ti": None})
     finally:
         released.set()
@@ -72,8 +75,15 @@ CLOSED_AT = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
 
 def looks_until_timeout(monkeypatch, check: IdleCheck) -> str:
     """The message of a poke-mode wait that times out while every look returns ``check``."""
-    sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=300, timeout=0.3,
-                                poke_interval=0.1, mode="poke", write_gate_conn_id="gate")  # fmt: skip
+    sensor = SnapshotIdleSensor(
+        task_id="w",
+        table="lake.demo.events",
+        idle_seconds=300,
+        timeout=0.3,
+        poke_interval=0.1,
+        mode="poke",
+        write_gate_conn_id="gate",
+    )
     monkeypatch.setattr(sensor, "_check", lambda context: check)
     with pytest.raises(AirflowSensorTimeout) as timed_out:
         sensor.execute({"ti": None})
@@ -81,30 +91,53 @@ def looks_until_timeout(monkeypatch, check: IdleCheck) -> str:
 
 
 def test_a_wait_that_times_out_while_a_writer_commits_through_the_gate_says_so(monkeypatch):
-    committing = IdleCheck(done=False, quiet_seconds=2.0, idle_seconds=300, gate_closed_at=CLOSED_AT,
-                           newest_snapshot_id=77, newest_snapshot_at=CLOSED_AT + timedelta(seconds=95),
-                           writers=("events-ingest",), writers_acknowledged=("events-ingest",))  # fmt: skip
+    committing = IdleCheck(
+        done=False,
+        quiet_seconds=2.0,
+        idle_seconds=300,
+        gate_closed_at=CLOSED_AT,
+        newest_snapshot_id=77,
+        newest_snapshot_at=CLOSED_AT + timedelta(seconds=95),
+        writers=("events-ingest",),
+        writers_acknowledged=("events-ingest",),
+    )
     message = looks_until_timeout(monkeypatch, committing)
     assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 0.3 s ")
-    assert "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 77, was " \
-           "committed 95 s after the gate closed (at 2026-11-25 10:00:00 UTC)" in message  # fmt: skip
-    assert "check that every writer of lake.demo.events reads its write gate, from the database of connection " \
-           "'gate'" in message  # fmt: skip
+    assert (
+        "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 77, was "
+        "committed 95 s after the gate closed (at 2026-11-25 10:00:00 UTC)" in message
+    )
+    assert (
+        "check that every writer of lake.demo.events reads its write gate, from the database of connection "
+        "'gate'" in message
+    )
     assert "still running" not in message
 
 
 def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_acknowledge(monkeypatch):
-    quiet = IdleCheck(done=False, quiet_seconds=120.4, idle_seconds=300, gate_closed_at=CLOSED_AT,
-                      newest_snapshot_id=76, newest_snapshot_at=CLOSED_AT - timedelta(seconds=30),
-                      writers=("a", "b"), writers_acknowledged=("a",))  # fmt: skip
+    quiet = IdleCheck(
+        done=False,
+        quiet_seconds=120.4,
+        idle_seconds=300,
+        gate_closed_at=CLOSED_AT,
+        newest_snapshot_id=76,
+        newest_snapshot_at=CLOSED_AT - timedelta(seconds=30),
+        writers=("a", "b"),
+        writers_acknowledged=("a",),
+    )
     message = looks_until_timeout(monkeypatch, quiet)
-    assert "lake.demo.events was quiet for 120 s of the 300 s required, and writers ['b'] did not acknowledge the " \
-           "pause (writers waited for: ['a', 'b']; acknowledged: ['a'])" in message  # fmt: skip
+    assert (
+        "lake.demo.events was quiet for 120 s of the 300 s required, and writers ['b'] did not acknowledge the "
+        "pause (writers waited for: ['a', 'b']; acknowledged: ['a'])" in message
+    )
     assert "a shorter idle_seconds" in message
 
 
 def test_a_deferred_wait_that_times_out_fails_with_the_triggers_reason():
     sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=300, timeout=600)
-    with pytest.raises(AirflowSensorTimeout, match=r"^the writers of lake.demo.events had not gone quiet when the "
-                       r"sensor's timeout of 600 s ran out: a writer kept committing"):  # fmt: skip
+    with pytest.raises(
+        AirflowSensorTimeout,
+        match=r"^the writers of lake.demo.events had not gone quiet when the "
+        r"sensor's timeout of 600 s ran out: a writer kept committing",
+    ):
         sensor.execute_complete({}, {"status": "timeout", "message": "a writer kept committing to lake.demo.events"})

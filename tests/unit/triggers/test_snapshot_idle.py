@@ -122,9 +122,14 @@ def test_a_gate_this_run_does_not_hold_stops_the_wait(state):
 
 def trigger(**overrides) -> SnapshotIdleTrigger:
     arguments = {
-        "table": "lake.db.t", "dag_id": RUN.dag_id, "run_id": RUN.run_id, "idle_seconds": 30,
-        "iceberg_conn_id": "lake", "write_gate_conn_id": "gate", "poke_interval": 10.0,
-    }  # fmt: skip
+        "table": "lake.db.t",
+        "dag_id": RUN.dag_id,
+        "run_id": RUN.run_id,
+        "idle_seconds": 30,
+        "iceberg_conn_id": "lake",
+        "write_gate_conn_id": "gate",
+        "poke_interval": 10.0,
+    }
     return SnapshotIdleTrigger(**{**arguments, **overrides})
 
 
@@ -194,9 +199,12 @@ def test_a_wait_in_the_triggerer_ends_at_its_time_saying_why_the_writers_had_not
     ends_at = datetime.now(timezone.utc) - timedelta(seconds=1)  # already over after the first look
     event, slept = run_trigger(trigger(ends_at=ends_at.isoformat()), monkeypatch)
     assert len(calls) == 1 and slept == []
-    assert event == {"status": "timeout", "message": "lake.db.t was quiet for 5 s of the 30 s required, and no "
-                     "writer acknowledged it (writers waited for: none reported; acknowledged: []). Give the wait "
-                     "more time (half of the table's max_pause_seconds), or a shorter idle_seconds"}  # fmt: skip
+    assert event == {
+        "status": "timeout",
+        "message": "lake.db.t was quiet for 5 s of the 30 s required, and no "
+        "writer acknowledged it (writers waited for: none reported; acknowledged: []). Give the wait "
+        "more time (half of the table's max_pause_seconds), or a shorter idle_seconds",
+    }
 
 
 def test_a_wait_in_the_triggerer_sleeps_no_later_than_its_end(monkeypatch):

@@ -43,15 +43,23 @@ def test_it_serializes_to_the_arguments_that_rebuild_it():
     assert TableHealthTrigger(**kwargs).serialize() == (path, kwargs)
     rebuilt = TableHealthTrigger(**kwargs)
     assert (rebuilt.thresholds.min_small_files, rebuilt.options) == (4, {"target-file-size-bytes": 1 << 20})
-    assert rebuilt.where == {"rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'",
-                             "rewrite_position_delete_files": None}  # fmt: skip
+    assert rebuilt.where == {
+        "rewrite_data_files": "ts >= '{{ macros.ds_add(ds, -2) }}'",
+        "rewrite_position_delete_files": None,
+    }
 
 
 def test_its_arguments_are_flat_and_leave_defaults_out():
     """The dag-processor serializes, hashes and decodes them at every parse: scalars only, and few."""
     _, kwargs = trigger(min_small_files=12, rewrite_data_files_where=None).serialize()
-    assert sorted(kwargs) == ["cooldown_minutes", "dag_id", "iceberg_conn_id", "poll_interval", "table",
-                              "write_gate_conn_id"]  # fmt: skip
+    assert sorted(kwargs) == [
+        "cooldown_minutes",
+        "dag_id",
+        "iceberg_conn_id",
+        "poll_interval",
+        "table",
+        "write_gate_conn_id",
+    ]
     assert all(isinstance(value, (str, int, float)) for value in kwargs.values())
 
 
