@@ -35,6 +35,7 @@ from pydantic import (
 
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
+from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.health import PROCEDURES, HealthThresholds
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
@@ -59,10 +60,6 @@ DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-da
 def spark_pool_name(spark_conn_id: str) -> str:
     """The Airflow pool of the rewrites on one Spark connection (with ``spark_pool_slots``)."""
     return f"iceberg_spark__{spark_conn_id}"
-
-
-class IcebergConfigError(ValueError):
-    """The table list, or entries in it, cannot be used; the message names each entry and field."""
 
 
 class SparkSettings(BaseModel):
@@ -315,7 +312,8 @@ class TableConfig(BaseModel):
             if text is not None and not any(marker in text for marker in ("{{", "{%", "{#")):
                 # Without a template it is final now: refuse it here, not in every run's check_run_params. (sqlglot
                 # is imported only for such a table; a templated predicate is checked once rendered, in each run.)
-                from airflow_iceberg.predicates import PredicateError, parse_predicate
+                from airflow_iceberg.exceptions import PredicateError
+                from airflow_iceberg.predicates import parse_predicate
 
                 try:
                     parse_predicate(text, what=what, rendered=True)

@@ -366,7 +366,8 @@ def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth
     from pyiceberg.schema import Schema
     from pyiceberg.typedef import Record
 
-    from airflow_iceberg.predicates import PredicateError, parse_predicate, to_pyiceberg
+    from airflow_iceberg.exceptions import PredicateError
+    from airflow_iceberg.predicates import parse_predicate, to_pyiceberg
 
     schema, specs = iceberg_table.schema(), iceberg_table.specs()
     try:

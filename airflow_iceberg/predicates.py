@@ -26,6 +26,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from airflow_iceberg.core.tables import shown
+from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -39,15 +40,6 @@ _SPARK = Dialect.get_or_raise("spark")
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 #: What a predicate's top must be: a comparison, IN, IS, BETWEEN, LIKE, AND/OR, NOT, or a boolean constant.
 _BOOLEAN_ROOTS = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)
-
-
-class PredicateError(ValueError):
-    """A ``where`` predicate that must not reach Spark, or cannot be applied; the message names it."""
-
-
-class PredicateTypeError(PredicateError):
-    """A predicate that compares a column with a value of another type (a number for a string column, say):
-    Spark would cast the column, and Iceberg cannot select files by a cast column."""
 
 
 @dataclass(frozen=True)

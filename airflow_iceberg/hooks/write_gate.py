@@ -30,8 +30,14 @@ from airflow_iceberg.core.gate_protocol import (
 )
 from airflow_iceberg.core.lease import GateLease
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.exceptions import (
+    LeaseLostError,
+    SparkSlotsBusyError,
+    WriteGateHeldError,
+    WriteGateSchemaError,
+    WriteGateUnreachableError,
+)
 from airflow_iceberg.hooks import write_gate_schema
-from airflow_iceberg.hooks.write_gate_schema import WriteGateSchemaError
 
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
@@ -136,30 +142,9 @@ _SLOT_DROP = f"DELETE FROM {SLOT_QUEUE_TABLE} WHERE table_name = %s AND owner_da
 _SCHEMA_ERRORS = {1146, 1054}
 
 
-class WriteGateHeldError(RuntimeError):
-    """The gate is closed by another owner whose lease has not expired."""
-
-
-class WriteGateNotHeldError(RuntimeError):
-    """The run no longer holds the gate it closed (its lease ended, or someone opened it): stop, don't rewrite."""
-
-
 #: pymysql's codes for a MySQL that cannot be reached (2003, 2005, 2006, 2013) or refuses the login (1044, 1045).
 _UNREACHABLE = {2003, 2005, 2006, 2013}
 _LOGIN_REFUSED = {1044, 1045}
-
-
-class WriteGateUnreachableError(pymysql.err.OperationalError):
-    """The gate's MySQL did not answer, or refused the login: the message names the connection and what to do.
-
-    An ``OperationalError`` still, with pymysql's code, so what retries on MySQL errors retries on this one."""
-
-    def __str__(self) -> str:
-        return str(self.args[-1])
-
-
-class SparkSlotsBusyError(RuntimeError):
-    """Every Spark slot of the table's connection is taken, or tables in worse health wait for the free ones."""
 
 
 @dataclass(frozen=True)
@@ -249,9 +234,9 @@ class GateState:
         return self.pauses_writers and self.owner == owner
 
     def require_held_by(self, owner: GateOwner) -> None:
-        """Raise :class:`WriteGateNotHeldError` unless ``owner`` holds the gate: a writer may be committing."""
+        """Raise :class:`LeaseLostError` unless ``owner`` holds the gate: a writer may be committing."""
         if not self.held_by(owner):
-            raise WriteGateNotHeldError(
+            raise LeaseLostError(
                 f"the write gate of {self.table} is not held by {owner} (state {self.state!r}, owner {self.owner}, "
                 f"lease until {self.lease_expires_at}); the writer may be committing, so no rewrite may start"
             )
@@ -595,7 +580,7 @@ class WriteGateHook(BaseHook):
     def renew_lease(self, table: TableName | str, owner: GateOwner) -> GateState:
         """Extend the lease of a gate ``owner`` holds by the lease it closed with, never past the pause's deadline.
 
-        Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate (its lease ended, another
+        Raises :class:`LeaseLostError` if ``owner`` no longer holds the gate (its lease ended, another
         run took it over, or it was forced open): whatever the holder was doing must stop.
         """
         name = str(TableName.of(table))

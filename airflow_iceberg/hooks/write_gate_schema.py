@@ -15,16 +15,13 @@ from importlib.resources import files
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import GATE_TABLE
+from airflow_iceberg.exceptions import WriteGateSchemaError
 
 SCHEMA_FILE = "write_gate.sql"
 SCHEMA_TABLE = "iceberg_write_gate_schema"
 
 _VERSION_HEADER = re.compile(r"--\s*version\s+(\d+):\s*(.+)")
 _LOCK_SECONDS = 60
-
-
-class WriteGateSchemaError(RuntimeError):
-    """The gate's tables are missing or older than this provider: run ``airflow-iceberg migrate``."""
 
 
 @dataclass(frozen=True)

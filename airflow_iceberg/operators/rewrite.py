@@ -28,7 +28,7 @@ from airflow_iceberg.core.procedures import normalize_arguments, normalize_optio
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
-from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError  # noqa: E402
+from airflow_iceberg.hooks.write_gate import WriteGateHook  # noqa: E402
 from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params  # noqa: E402
 from airflow_iceberg.operators.write_gate import run_owner  # noqa: E402
@@ -227,7 +227,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
             owner = run_owner(context)
             try:
                 held = gate.renew_lease(name, owner)
-            except WriteGateNotHeldError as error:
+            except LeaseLostError as error:
                 raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
             if held.lease_seconds is None:  # a gate this run holds has a lease
                 raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")

@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg.core.procedures import normalize_arguments, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
+from airflow_iceberg.exceptions import RunParamsError
 from airflow_iceberg.health import PROCEDURES
 
 # Param name -> the rewrite option it sets, in both rewrite procedures.
@@ -165,10 +166,6 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
     )
 
 
-class RunParamsError(AirflowFailException):
-    """A run's Params or the table's predicate cannot be used for this run; retrying would not change that."""
-
-
 def time_context(when: datetime) -> dict[str, Any]:
     """The names a predicate template may use for the run's date, as of ``when``, and Airflow's ``macros``.
 
@@ -223,7 +220,8 @@ def render_predicate(operator: Any, template: str | None, context: Any, what: st
 
 def check_predicate(predicate: str, what: str) -> None:
     """Parse ``predicate`` as Spark would take it, or fail the task without retries, naming ``what`` and it."""
-    from airflow_iceberg.predicates import PredicateError, parse_predicate  # sqlglot: off the parse path
+    from airflow_iceberg.exceptions import PredicateError  # sqlglot: off the parse path
+    from airflow_iceberg.predicates import parse_predicate  # sqlglot: off the parse path
 
     try:
         parse_predicate(predicate, what=what, rendered=True)  # the final text: rendered, where it was a template
@@ -287,13 +285,8 @@ class CheckRunParamsOperator(BaseOperator):
             raise
 
     def _check(self, **context: Any) -> dict[str, str | None]:
-        from airflow_iceberg.predicates import (
-            PredicateError,
-            PredicateTypeError,
-            check_columns,
-            parse_predicate,
-            to_pyiceberg,
-        )
+        from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
+        from airflow_iceberg.predicates import check_columns, parse_predicate, to_pyiceberg
 
         try:
             overrides = overrides_from_params(context["params"])

@@ -10,14 +10,8 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import (
-    GateOwner,
-    SlotRequest,
-    SparkSlotsBusyError,
-    WriteGateHeldError,
-    WriteGateHook,
-    check_lease_seconds,
-)
+from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
+from airflow_iceberg.hooks.write_gate import GateOwner, SlotRequest, WriteGateHook, check_lease_seconds
 
 
 def run_owner(context: Mapping[str, Any]) -> GateOwner:

@@ -95,6 +95,7 @@ def build_app() -> Any:
     from airflow_iceberg import report
     from airflow_iceberg.config import TableConfig, load_table_list
     from airflow_iceberg.dag_factory import compaction_dag_id
+    from airflow_iceberg.exceptions import FleetQueryError
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet_view
     from airflow_iceberg.plugins.fleet_view import iso
@@ -175,7 +176,7 @@ def build_app() -> Any:
         """The list: a summary of every table the user may read, and one page of those the query keeps."""
         try:
             query = fleet_view.FleetQuery(q, gate, need, outcome, sort, page, page_size)
-        except fleet_view.FleetQueryError as error:
+        except FleetQueryError as error:
             raise HTTPException(status_code=400, detail=str(error)) from None
         by_conn: dict[str, list[TableConfig]] = {}
         for config in readable(user):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_iceberg.exceptions import FleetQueryError
+
 NEEDS = ("needs_work", "check_failed", "unknown", "healthy")
 GATES = ("closed", "open")
 OUTCOMES = ("failed", "running", "success", "skipped", "dry_run", "none")
@@ -25,10 +27,6 @@ SORTS = ("need", "table", "gate", "last_run")
 #: Check decisions that mean the table needs work (whether a run started for it or waits).
 _NEEDING = ("needs_work", "started", "waiting")
 _CHECK_FAILED = ("error", "unreachable")
-
-
-class FleetQueryError(ValueError):
-    """A list query with a value the page does not know; its message names the value and what is allowed."""
 
 
 @dataclass(frozen=True)

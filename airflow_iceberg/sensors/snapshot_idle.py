@@ -12,7 +12,8 @@ from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf, time
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
 
@@ -104,7 +105,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         worker.join(max(left, 0.0))
         if worker.is_alive():
             raise self._timed_out(look_running=True)
-        if isinstance(outcome.get("error"), WriteGateNotHeldError):  # a retry would not get the gate back
+        if isinstance(outcome.get("error"), LeaseLostError):  # a retry would not get the gate back
             raise AirflowFailException(str(outcome["error"])) from None
         if "error" in outcome:
             raise outcome["error"]

@@ -16,7 +16,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     been committed for ``idle_seconds``, counted from the later of the gate's close time and the newest
     snapshot, by the database clock.
 
-    Raises :class:`WriteGateNotHeldError` if ``owner`` no longer holds the gate: a writer may be committing.
+    Raises :class:`LeaseLostError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
     gate.require_held_by(owner)
     assert gate.closed_at is not None  # a held gate has a close time
@@ -236,7 +237,7 @@ class SnapshotIdleTrigger(BaseTrigger):
                     write_gate_conn_id=self.write_gate_conn_id,
                 )
             except Exception as error:  # report, don't crash: the task fails with the message in its log
-                status = "not_held" if isinstance(error, WriteGateNotHeldError) else "error"
+                status = "not_held" if isinstance(error, LeaseLostError) else "error"
                 yield TriggerEvent({"status": status, "message": f"{type(error).__name__}: {error}"})
                 return
             if check.done:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from airflow_iceberg.config import IcebergConfigError, TableConfig, config_path, load_table_list
+from airflow_iceberg.config import TableConfig, config_path, load_table_list
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.exceptions import IcebergConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from airflow_iceberg.hooks.write_gate import GateOwner, SlotRequest, SparkSlotsBusyError
+from airflow_iceberg.exceptions import SparkSlotsBusyError
+from airflow_iceberg.hooks.write_gate import GateOwner, SlotRequest
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
 from tests.integration.hooks.test_write_gate import writer_paused
 

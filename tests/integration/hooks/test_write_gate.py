@@ -10,7 +10,8 @@ import time
 import pytest
 
 from airflow_iceberg.core.writer import check_gate
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHeldError, WriteGateHook
+from airflow_iceberg.exceptions import WriteGateHeldError
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")

@@ -10,7 +10,8 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook, WriteGateNotHeldError
+from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 OWNER = GateOwner("sensor_test", "manual__1")
@@ -68,7 +69,7 @@ def test_quiet_time_counts_from_the_gate_close_when_the_table_was_quiet_already(
 
 def test_the_check_fails_when_the_run_does_not_hold_the_gate(table):
     WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
-    with pytest.raises(WriteGateNotHeldError, match="is not held by dag 'other'"):
+    with pytest.raises(LeaseLostError, match="is not held by dag 'other'"):
         check(table, idle_seconds=0, owner=GateOwner("other", "run"))
 
 
@@ -116,7 +117,7 @@ def test_the_trigger_reports_a_gate_not_held_instead_of_crashing(table):
     )
     event = asyncio.run(asyncio.wait_for(anext(trigger.run()), timeout=60))
     assert event.payload["status"] == "not_held"  # the sensor then fails without retries
-    assert "WriteGateNotHeldError" in event.payload["message"]
+    assert "LeaseLostError" in event.payload["message"]
 
 
 @pytest.mark.parametrize("deferrable", [False, True], ids=["reschedule", "deferrable"])

@@ -157,7 +157,8 @@ def test_a_gate_connection_without_a_login_is_refused_naming_it_never_taken_for_
 def test_a_gate_mysql_that_does_not_answer_is_named_with_its_connection_and_what_to_do(monkeypatch):
     import pymysql
 
-    from airflow_iceberg.hooks.write_gate import WriteGateHook, WriteGateUnreachableError
+    from airflow_iceberg.exceptions import WriteGateUnreachableError
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
 
     nothing_listens = {
         "conn_type": "iceberg_write_gate",

@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_iceberg.plugins.fleet_view import NEEDS, FleetQuery, FleetQueryError, need_of, page, row
+from airflow_iceberg.exceptions import FleetQueryError
+from airflow_iceberg.plugins.fleet_view import NEEDS, FleetQuery, need_of, page, row
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
 

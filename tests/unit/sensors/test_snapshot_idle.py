@@ -10,7 +10,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import WriteGateNotHeldError
+from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck
 
@@ -61,7 +61,7 @@ def test_a_run_that_lost_its_gate_fails_the_wait_without_retries(monkeypatch):
     sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=10, timeout=60, mode="poke")
 
     def look(context):
-        raise WriteGateNotHeldError("the write gate of lake.demo.events is not held")
+        raise LeaseLostError("the write gate of lake.demo.events is not held")
 
     monkeypatch.setattr(sensor, "_check", look)
     with pytest.raises(AirflowFailException, match="is not held"):

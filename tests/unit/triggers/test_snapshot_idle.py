@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateNotHeldError, WriterState
+from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriterState
 from airflow_iceberg.triggers import snapshot_idle
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
 
@@ -116,7 +117,7 @@ def test_a_newest_snapshot_nobody_acknowledged_falls_back_to_the_window():
     ids=["other-owner", "lease-ended"],
 )
 def test_a_gate_this_run_does_not_hold_stops_the_wait(state):
-    with pytest.raises(WriteGateNotHeldError, match=f"not held by {RUN}"):
+    with pytest.raises(LeaseLostError, match=f"not held by {RUN}"):
         decide_idle(state, RUN, snapshot(7, -100), idle_seconds=0)
 
 
@@ -173,11 +174,11 @@ def test_trigger_sleeps_a_poke_interval_or_until_the_window_ends_then_fires(monk
 
 def test_trigger_reports_a_failed_look_as_an_error_event_instead_of_crashing(monkeypatch):
     def look(**kwargs):
-        raise WriteGateNotHeldError("the write gate of lake.db.t is not held")
+        raise LeaseLostError("the write gate of lake.db.t is not held")
 
     monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
     payload, _ = run_trigger(trigger(), monkeypatch)
-    message = "WriteGateNotHeldError: the write gate of lake.db.t is not held"
+    message = "LeaseLostError: the write gate of lake.db.t is not held"
     assert payload == {"status": "not_held", "message": message}  # the sensor fails it without retries
 
 
