@@ -38,7 +38,7 @@ from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.health import PROCEDURES, HealthThresholds
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
+from airflow_iceberg.operators.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
 TABLE_LIST_FILE = "iceberg_tables.yaml"
@@ -213,7 +213,7 @@ class HealthConfig(BaseModel):
         return HealthThresholds(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
 
 
-class TableCareConfig(BaseModel):
+class MaintenanceConfig(BaseModel):
     """Upkeep after the daily full rewrite, once the gate is open again: it never pauses writers."""
 
     model_config = ConfigDict(extra="forbid")
@@ -284,7 +284,7 @@ class TableConfig(BaseModel):
         "Airflow pool per connection (create it with `airflow-iceberg pools`); unset, no limit",
     )
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
-    table_care: TableCareConfig = Field(default_factory=TableCareConfig)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
 
     @model_validator(mode="before")
     @classmethod
@@ -368,11 +368,11 @@ class TableConfig(BaseModel):
                 f"lease_seconds ({self.lease_seconds}) must be at least three poke intervals "
                 f"({3 * self.poke_interval:g} s): the idle wait renews the lease once per poke"
             )
-        care = self.table_care
+        maintenance = self.maintenance
         minimum_hours = minimum_orphan_age(self.max_pause_seconds).total_seconds() / 3600
-        if care.remove_orphan_files and care.orphan_older_than_hours < minimum_hours:
+        if maintenance.remove_orphan_files and maintenance.orphan_older_than_hours < minimum_hours:
             raise ValueError(
-                f"table_care.orphan_older_than_hours ({care.orphan_older_than_hours}) must be at least "
+                f"maintenance.orphan_older_than_hours ({maintenance.orphan_older_than_hours}) must be at least "
                 f"max_pause_seconds ({self.max_pause_seconds} s) plus {ORPHAN_MARGIN}, and Iceberg's own 24 hours: "
                 f"{minimum_hours:.2f} hours. A closed gate keeps a writer's files uncommitted for up to its longest "
                 "pause, and removing them would lose data"

@@ -25,10 +25,10 @@ from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, TableList, load_table_list, spark_pool_name
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.health import PROCEDURES as REWRITE_PROCEDURES
+from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
-from airflow_iceberg.operators.table_care import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 
@@ -61,8 +61,8 @@ RETRIES: dict[str, dict[str, Any]] = {
     },
     # A rewrite inside the gate window: once, for a failure before Spark ran (a commit conflict is not retried).
     "rewrite": {"retries": 1, "retry_delay": timedelta(seconds=15)},
-    # Table care after the gate is open: it never pauses writers, so it may try again later.
-    "care": {"retries": 2, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": 2.0},
+    # Maintenance after the gate is open: it never pauses writers, so it may try again later.
+    "maintenance": {"retries": 2, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": 2.0},
 }
 
 
@@ -289,47 +289,47 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
     )
     rewrites = [(p, options.get(p, everything), where) for p in REWRITE_PROCEDURES]
     open_gate, rewrite = _gated_rewrites(dag, config, rewrites, full=True)
-    care = _table_care(config)
-    if care:
-        _add(dag, care)
+    maintenance = _maintenance_tasks(config)
+    if maintenance:
+        _add(dag, maintenance)
         # After the gate is open (never pausing writers), and only once the rewrites succeeded: a failed
-        # rewrite then leaves the table care upstream_failed, so the run still ends failed.
-        [open_gate, rewrite] >> care[0]
-        chain(*care)
+        # rewrite then leaves the maintenance upstream_failed, so the run still ends failed.
+        [open_gate, rewrite] >> maintenance[0]
+        chain(*maintenance)
     return dag
 
 
-def _table_care(config: TableConfig) -> list[IcebergRewriteOperator]:
-    care = config.table_care
+def _maintenance_tasks(config: TableConfig) -> list[IcebergRewriteOperator]:
+    maintenance = config.maintenance
     common = {
         "table": config.table,
         "iceberg_conn_id": config.catalog_conn_id,
-        **RETRIES["care"],
+        **RETRIES["maintenance"],
         **_spark_args(config),
     }
     tasks: list[IcebergRewriteOperator] = []
-    if care.rewrite_manifests:
+    if maintenance.rewrite_manifests:
         tasks.append(
             IcebergRewriteOperator(
                 task_id="rewrite_manifests", procedures=["rewrite_manifests"], doc_md=docs.REWRITE_MANIFESTS, **common
             )
         )
-    if care.expire_snapshots:
+    if maintenance.expire_snapshots:
         tasks.append(
             ExpireSnapshotsOperator(
                 task_id="expire_snapshots",
-                older_than_hours=care.expire_older_than_hours,
-                retain_last=care.retain_last,
-                checkpoint_marker=care.checkpoint_marker,
+                older_than_hours=maintenance.expire_older_than_hours,
+                retain_last=maintenance.retain_last,
+                checkpoint_marker=maintenance.checkpoint_marker,
                 doc_md=docs.expire_snapshots(config),
                 **common,
             )
         )
-    if care.remove_orphan_files:
+    if maintenance.remove_orphan_files:
         tasks.append(
             RemoveOrphanFilesOperator(
                 task_id="remove_orphan_files",
-                older_than_hours=care.orphan_older_than_hours,
+                older_than_hours=maintenance.orphan_older_than_hours,
                 max_pause_seconds=config.max_pause_seconds,
                 doc_md=docs.remove_orphan_files(config),
                 **common,

@@ -46,7 +46,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": [
                     "airflow_iceberg.operators.write_gate",
                     "airflow_iceberg.operators.rewrite",
-                    "airflow_iceberg.operators.table_care",
+                    "airflow_iceberg.operators.maintenance",
                     "airflow_iceberg.operators.run_params",
                 ],
             }

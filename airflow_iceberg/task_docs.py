@@ -139,17 +139,18 @@ def open_gate(config: TableConfig) -> str:
 
 
 def expire_snapshots(config: TableConfig) -> str:
-    care = config.table_care
+    maintenance = config.maintenance
     return (
-        f"Expires snapshots older than {care.expire_older_than_hours} h, keeping the last {care.retain_last} and "
-        "the writer's newest checkpoint snapshot. Runs after the gate is open; never pauses writers.\n\n"
+        f"Expires snapshots older than {maintenance.expire_older_than_hours} h, keeping the last "
+        f"{maintenance.retain_last} and the writer's newest checkpoint snapshot. Runs after the gate is open; "
+        "never pauses writers.\n\n"
         "**If it fails**, it retries later; nothing was removed."
     )
 
 
 def remove_orphan_files(config: TableConfig) -> str:
     return (
-        f"Removes files no snapshot references that are older than {config.table_care.orphan_older_than_hours} h, "
+        f"Removes files no snapshot references that are older than {config.maintenance.orphan_older_than_hours} h, "
         "longer than any pause, so a paused writer's uncommitted files are never taken. Never pauses writers.\n\n"
         "**If it fails**, it retries later."
     )
@@ -158,14 +159,14 @@ def remove_orphan_files(config: TableConfig) -> str:
 def _settings(config: TableConfig) -> str:
     """The table's settings as a Markdown table; Spark conf values are left out (they may hold credentials)."""
     settings: dict[str, Any] = config.model_dump(
-        mode="json", exclude={"table", "spark", "full_rewrite", "table_care", "health"}
+        mode="json", exclude={"table", "spark", "full_rewrite", "maintenance", "health"}
     )
     settings["spark"] = {
         **config.spark.model_dump(mode="json", exclude={"conf"}, exclude_none=True),
         "conf keys": sorted(config.spark.conf),
     }
     settings["full_rewrite"] = config.full_rewrite.model_dump(mode="json")
-    settings["table_care"] = config.table_care.model_dump(mode="json")
+    settings["maintenance"] = config.maintenance.model_dump(mode="json")
     settings["health"] = config.health.model_dump(mode="json")
     rows = "\n".join(f"| `{name}` | `{value}` |" for name, value in settings.items())
     return f"| setting | value |\n|---|---|\n{rows}"

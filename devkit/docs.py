@@ -38,7 +38,7 @@ SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("`health`", config.HealthConfig),
     ("`full_rewrite`", config.FullRewriteConfig),
     ("`full_rewrite.partition`", config.PartitionOfDay),
-    ("`table_care`", config.TableCareConfig),
+    ("`maintenance`", config.MaintenanceConfig),
     ("`spark`", config.SparkSettings),
 ]
 

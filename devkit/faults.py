@@ -271,7 +271,7 @@ class FaultBench:
             "table": str(TABLE),
             "write_gate_conn_id": GATE_CONN_ID,
             "full_rewrite": {"schedule": None},
-            "table_care": {"rewrite_manifests": False, "expire_snapshots": False, "remove_orphan_files": False},
+            "maintenance": {"rewrite_manifests": False, "expire_snapshots": False, "remove_orphan_files": False},
             **settings,
         }
         self.table_list.write_text(yaml.safe_dump({"defaults": self.defaults, "tables": [entry]}))

@@ -69,7 +69,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
 
     Built for the rewrites of a gated run (``rewrite_data_files``, then ``rewrite_position_delete_files``): they
     share one Spark application, so the writers' pause pays for one Spark start-up (a JVM locally, a YARN or
-    Kubernetes application on a cluster) rather than one per procedure. It runs the table-care procedures
+    Kubernetes application on a cluster) rather than one per procedure. It runs the maintenance procedures
     (``rewrite_manifests``, ``expire_snapshots``, ``remove_orphan_files``) the same way.
 
     The job (``run_procedure.py`` in ``airflow_iceberg.spark_jobs``, installed with the provider) builds each

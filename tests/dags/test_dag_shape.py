@@ -151,14 +151,14 @@ def test_what_an_entry_leaves_unset_reaches_the_tasks_as_the_configs_default():
     )
     assert (wait.idle_seconds, wait.poke_interval) == (config.idle_seconds, config.poke_interval)
     expire = dag.get_task("expire_snapshots")
-    care = config.table_care
+    maintenance = config.maintenance
     assert (expire.older_than_hours, expire.retain_last, expire.checkpoint_marker) == (
-        care.expire_older_than_hours,
-        care.retain_last,
-        care.checkpoint_marker,
+        maintenance.expire_older_than_hours,
+        maintenance.retain_last,
+        maintenance.checkpoint_marker,
     )
     assert expire.retain_last == 10  # the one default, written once, in the config
-    assert dag.get_task("remove_orphan_files").older_than_hours == care.orphan_older_than_hours
+    assert dag.get_task("remove_orphan_files").older_than_hours == maintenance.orphan_older_than_hours
 
 
 def test_sensor_reschedules_unless_deferrable():
@@ -185,10 +185,10 @@ def render_where(dag, logical_date: str) -> str:
 def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_gate():
     dag = make_full_rewrite_dag(full_rewrite={"partition": {"column": "dt", "format": "yyyyMMdd"}, "catchup": True})
     assert dag.dag_id == "iceberg_full_rewrite__lake__sales__orders"
-    care = ["rewrite_manifests", "expire_snapshots", "remove_orphan_files"]
+    maintenance = ["rewrite_manifests", "expire_snapshots", "remove_orphan_files"]
     order = [t.task_id for t in dag.topological_sort()]
-    assert [t for t in order if t not in care] == CHAIN and [t for t in order if t in care] == care
-    # Table care runs once the gate is open again, and only after the rewrites succeeded.
+    assert [t for t in order if t not in maintenance] == CHAIN and [t for t in order if t in maintenance] == maintenance
+    # Maintenance runs once the gate is open again, and only after the rewrites succeeded.
     assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_files"}
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
     assert dag.get_task("open_gate").is_teardown and dag.max_active_runs == 1

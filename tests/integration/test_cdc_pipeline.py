@@ -25,8 +25,8 @@ from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.health import PROCEDURES, plan_table
 from airflow_iceberg.hooks.write_gate import GateOwner
+from airflow_iceberg.operators.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
-from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
@@ -224,17 +224,17 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     }
 
 
-def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_care_losing_and_repeating_nothing(
+def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_maintenance_losing_and_repeating_nothing(
     kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path
 ):
-    """Killed in a pause; while it is down, the daily full rewrite runs with table care that would expire every
+    """Killed in a pause; while it is down, the daily full rewrite runs with maintenance that would expire every
     snapshot but the current one (``retain_last: 1``, no age) and removes orphans; then it restores from its
     last checkpoint in a second pause. The marker rule must keep the snapshot that holds its last committed
     checkpoint, or the restored sink could commit that checkpoint's files again (apache/iceberg#6066, #5846)."""
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
     compaction_dag(
-        cdc_table, table_care={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24}
+        cdc_table, maintenance={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24}
     )
     common = {"kafka": kafka, "topic": topic, "table": cdc_table, "writer_id": unique_name, **JOB}
     job = CdcJob(tmp_path / "job", **common)
@@ -257,11 +257,11 @@ def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_
         marked_before = flink_snapshots(cdc_table)
         daily = load_dag(full_rewrite_dag_id(TableName.parse(cdc_table))).test()
         assert daily.state == "success", {ti.task_id: ti.state for ti in daily.get_task_instances()}
-        after_care = load(cdc_table)
-        surviving = {snapshot.snapshot_id for snapshot in after_care.snapshots()}
+        after_maintenance = load(cdc_table)
+        surviving = {snapshot.snapshot_id for snapshot in after_maintenance.snapshots()}
         assert marked_before[-1].snapshot_id in surviving, "expiry took the snapshot of the last checkpoint"
         assert marked_before[0].snapshot_id not in surviving, "expiry expired nothing: it proved nothing"
-        assert TableStats.read_at(after_care).equality_delete_files == 0
+        assert TableStats.read_at(after_maintenance).equality_delete_files == 0
 
         reowner = GateOwner(dag_id, f"manual__{unique_name}_restore")
         gate_hook.close_gate(cdc_table, reowner, lease_seconds=300)
@@ -298,7 +298,7 @@ def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_its_
     # No key lost, none duplicated: exactly the expected row per key.
     print(
         f"{stream.produced} changes; killed {killed_at - closed_at:.1f} s into the pause; the daily run and its "
-        f"care kept {len(surviving)} snapshots; restored, opened {opened_at - closed_at:.1f} s after the first "
+        f"maintenance kept {len(surviving)} snapshots; restored, opened {opened_at - closed_at:.1f} s after the first "
         f"closing; {len(stream.expected)} keys live"
     )
     assert read_back(table_config, cdc_table) == {

@@ -43,8 +43,8 @@ def test_backfilling_three_days_rewrites_exactly_those_partitions(unique_name, t
         "idle_seconds": 2,
         "poke_interval": 1,
         "full_rewrite": {"start_date": days[0].isoformat(), "partition": {"column": "ts", "transform": "day"}},
-        # Upkeep after the rewrite is test_table_care's: here it would add three Spark start-ups to every run.
-        "table_care": {"rewrite_manifests": False, "expire_snapshots": False, "remove_orphan_files": False},
+        # Upkeep after the rewrite is test_maintenance's: here it would add three Spark start-ups to every run.
+        "maintenance": {"rewrite_manifests": False, "expire_snapshots": False, "remove_orphan_files": False},
     }
     live_airflow.add_tables(settings)
     dag_id = full_rewrite_dag_id(TableName.parse(table))

@@ -171,10 +171,10 @@ def test_orphan_removal_window_shorter_than_the_longest_pause_plus_margin_is_ref
     with pytest.raises(
         ValueError, match=r"orphan_older_than_hours \(30.0\) must be at least max_pause_seconds .* 30.50"
     ):
-        TableConfig(table="lake.db.a", max_pause_seconds=106200, table_care={"orphan_older_than_hours": 30})
-    TableConfig(table="lake.db.a", max_pause_seconds=106200, table_care={"orphan_older_than_hours": 31})
+        TableConfig(table="lake.db.a", max_pause_seconds=106200, maintenance={"orphan_older_than_hours": 30})
+    TableConfig(table="lake.db.a", max_pause_seconds=106200, maintenance={"orphan_older_than_hours": 31})
     with pytest.raises(ValueError, match=r"Iceberg's own 24 hours: 24.00 hours"):
-        TableConfig(table="lake.db.a", max_pause_seconds=3600, table_care={"orphan_older_than_hours": 12})
+        TableConfig(table="lake.db.a", max_pause_seconds=3600, maintenance={"orphan_older_than_hours": 12})
 
 
 def test_the_table_list_is_the_one_airflow_iceberg_config_names(tmp_path, monkeypatch):

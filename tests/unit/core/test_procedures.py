@@ -87,7 +87,7 @@ def test_option_values_are_normalised_to_the_strings_spark_takes():
     ) == {"rewrite-all": "true", "max-concurrent-file-group-rewrites": "200", "delete-ratio-threshold": "0.3"}
 
 
-def test_table_care_procedures_take_their_typed_arguments():
+def test_maintenance_procedures_take_their_typed_arguments():
     assert build_call(
         "expire_snapshots", EVENTS, arguments={"older_than": "2026-11-20 00:00:00", "retain_last": 5}
     ) == (

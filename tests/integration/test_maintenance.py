@@ -1,7 +1,7 @@
-"""Table care in the daily run, with a gated writer that stamps its snapshots as Flink does.
+"""Maintenance in the daily run, with a gated writer that stamps its snapshots as Flink does.
 
 The writer commits snapshots carrying ``flink.max-committed-checkpoint-id``, pauses (and acknowledges) while
-the daily run's gate is closed, commits twice more after the rewrite, then stops. Table care then runs with
+the daily run's gate is closed, commits twice more after the rewrite, then stops. Maintenance then runs with
 ``expire_older_than_hours: 0``: without the marker rule it would expire every snapshot but the current one.
 """
 
@@ -19,7 +19,7 @@ from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.dag_factory import full_rewrite_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.table_care import FLINK_CHECKPOINT_MARKER
+from airflow_iceberg.operators.maintenance import FLINK_CHECKPOINT_MARKER
 from devkit.dag_runs import load_dag
 
 
@@ -61,9 +61,9 @@ class MarkerWriter(threading.Thread):
 @pytest.fixture
 def writer(unique_name: str):
     catalog = IcebergHook("lake").catalog
-    catalog.create_namespace_if_not_exists("care")
-    catalog.create_table(f"care.{unique_name}", schema=pa.schema([("id", pa.int64())]))
-    thread = MarkerWriter(f"lake.care.{unique_name}")
+    catalog.create_namespace_if_not_exists("maintenance")
+    catalog.create_table(f"maintenance.{unique_name}", schema=pa.schema([("id", pa.int64())]))
+    thread = MarkerWriter(f"lake.maintenance.{unique_name}")
     yield thread
     thread.stop.set()
     thread.join(30)
@@ -82,7 +82,7 @@ def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapsh
         table,
         idle_seconds=2,
         poke_interval=1,
-        table_care={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24},
+        maintenance={"expire_older_than_hours": 0, "retain_last": 1, "orphan_older_than_hours": 24},
     )
     small_files = data_file_paths(table)
     assert len(small_files) >= 3
@@ -94,7 +94,7 @@ def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapsh
     assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
     metadata = IcebergHook("lake").load_table(table.split(".", 1)[1]).metadata
     surviving = {s.snapshot_id for s in metadata.snapshots}
-    newest_marked = writer.commits[-1]  # committed after the rewrite, before table care
+    newest_marked = writer.commits[-1]  # committed after the rewrite, before maintenance
     # The newest checkpoint snapshot is not the current one (rewrite_manifests committed after it), so only
     # the marker rule kept it: with the cut-off at the current snapshot it would have been expired.
     assert metadata.current_snapshot_id != newest_marked

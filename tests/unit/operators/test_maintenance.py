@@ -1,10 +1,10 @@
-"""Table care operators: safety floors checked when the DAG is parsed."""
+"""Maintenance operators: safety floors checked when the DAG is parsed."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg.operators.table_care import (
+from airflow_iceberg.operators.maintenance import (
     FLINK_CHECKPOINT_MARKER,
     ExpireSnapshotsOperator,
     RemoveOrphanFilesOperator,

@@ -1,4 +1,4 @@
-"""Table care after the gate reopens: expire old snapshots and remove orphan files, safely for streaming writers."""
+"""Maintenance after the gate reopens: expire old snapshots and remove orphan files, safely for streaming writers."""
 
 from __future__ import annotations
 
