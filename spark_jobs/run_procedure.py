@@ -36,13 +36,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from airflow_iceberg.core.gate_protocol import holder_connection
+from airflow_iceberg.core.gate_protocol import owner_connection
 from airflow_iceberg.core.lease import GateLease, LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
 from airflow_iceberg.core.spark_job import (
     LEASE_LOST_MARKER,
-    GateHolder,
+    GateOwnerSecrets,
     JobArguments,
     ProcedureCall,
     apply_job_secrets,
@@ -104,11 +104,11 @@ def with_uncommitted(result: dict[str, Any], planned: int | None) -> dict[str, A
     return {**result, "planned_data_files_count": planned, "uncommitted_data_files_count": max(planned - accounted, 0)}
 
 
-def lease_keeper(gate: GateHolder, on_lost: Callable[[str], None]) -> LeaseKeeper:
+def lease_keeper(gate: GateOwnerSecrets, on_lost: Callable[[str], None]) -> LeaseKeeper:
     """A ``LeaseKeeper`` for the run the secrets file names."""
 
     def connect():
-        return holder_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
+        return owner_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
 
     lease = GateLease(gate["table"], gate["dag_id"], gate["run_id"], connect)
     return LeaseKeeper.for_lease(lease, float(gate["lease_seconds"]), on_lost)

@@ -1,4 +1,4 @@
-"""The write gate's protocol: its tables, the statements writers and the gate's holder run, and their session.
+"""The write gate's protocol: its tables, the statements writers and the gate's owner run, and their session.
 
 The rule, also in ``docs/write-gate-protocol.md``: **a writer pauses iff ``state = 'closed' AND lease_expires_at >
 NOW()``**, evaluated by MySQL's clock, so a gate whose closing DAG crashed stops pausing writers when its lease
@@ -59,38 +59,38 @@ WHERE table_name = %s AND writer_id = %s"""
 
 
 #: How the run holding a gate renews its lease (parameters: table, owner DAG id, owner run id): by the lease it
-#: closed with, never past the pause's deadline, and only while it still holds the gate. Run by the holder's
+#: closed with, never past the pause's deadline, and only while it still holds the gate. Run by the owner's
 #: tasks through WriteGateHook, and by the rewrite's Spark driver (:class:`LeaseKeeper`) while it works.
-HOLDER_RENEW_SQL = f"""UPDATE {GATE_TABLE}
+OWNER_RENEW_SQL = f"""UPDATE {GATE_TABLE}
 SET lease_expires_at = LEAST(NOW(6) + INTERVAL lease_seconds SECOND,
                              COALESCE(pause_deadline, NOW(6) + INTERVAL lease_seconds SECOND))
 WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
   AND state = 'closed' AND lease_expires_at > NOW(6)"""
 
 
-#: What the holder's lease has left after a renewal (same parameters); no row: the run no longer holds the gate.
-HOLDER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left,
+#: What the owner's lease has left after a renewal (same parameters); no row: the run no longer holds the gate.
+OWNER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left,
        lease_expires_at >= pause_deadline AS at_pause_deadline
 FROM {GATE_TABLE}
 WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
   AND state = 'closed' AND lease_expires_at > NOW(6)"""
 
 
-#: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. A holder
+#: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. An owner
 #: that freezes inside such a transaction (a stopped process, a paused VM, a lost network) keeps its row lock
 #: until the server drops its connection: after ``wait_timeout`` seconds, here, instead of MySQL's default of
 #: eight hours, so it never blocks the next run or a force-open for long. Its transactions take milliseconds.
 #: Whoever waits for that lock waits longer than that (``innodb_lock_wait_timeout``), and less than the
 #: client's read timeout, so it gets the gate instead of an error.
-HOLDER_SESSION_SETTINGS = "SET SESSION time_zone = '+00:00', wait_timeout = 20, innodb_lock_wait_timeout = 25"
+OWNER_SESSION_SETTINGS = "SET SESSION time_zone = '+00:00', wait_timeout = 20, innodb_lock_wait_timeout = 25"
 
 
-#: Seconds a holder's client waits for one answer: longer than any lock wait above.
-HOLDER_READ_TIMEOUT = 30
+#: Seconds an owner's client waits for one answer: longer than any lock wait above.
+OWNER_READ_TIMEOUT = 30
 
 
-def holder_connection(host: str, port: int, user: str, password: str, database: str, **kwargs: Any) -> Any:
-    """A new pymysql connection for the run that closes, renews or opens gates, in :data:`HOLDER_SESSION_SETTINGS`."""
+def owner_connection(host: str, port: int, user: str, password: str, database: str, **kwargs: Any) -> Any:
+    """A new pymysql connection for the run that closes, renews or opens gates, in :data:`OWNER_SESSION_SETTINGS`."""
     import pymysql
 
     return pymysql.connect(
@@ -100,10 +100,10 @@ def holder_connection(host: str, port: int, user: str, password: str, database: 
         password=password,
         database=database,
         autocommit=False,
-        init_command=HOLDER_SESSION_SETTINGS,
+        init_command=OWNER_SESSION_SETTINGS,
         connect_timeout=10,
-        read_timeout=HOLDER_READ_TIMEOUT,
-        write_timeout=HOLDER_READ_TIMEOUT,
+        read_timeout=OWNER_READ_TIMEOUT,
+        write_timeout=OWNER_READ_TIMEOUT,
         **kwargs,
     )
 

@@ -1,4 +1,4 @@
-"""The holder's side of the write gate: keep the lease of a gate one DAG run holds, or stop the work in time.
+"""The owner's side of the write gate: keep the lease of a gate one DAG run holds, or stop the work in time.
 
 Airflow's tasks and the Spark job renew the same lease with these, from the database's clock.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_iceberg.core.gate_protocol import HOLDER_LEASE_SQL, HOLDER_RENEW_SQL
+from airflow_iceberg.core.gate_protocol import OWNER_LEASE_SQL, OWNER_RENEW_SQL
 
 #: How a lease is lost, as each reason says it (:func:`lease_loss`): taken from the run, at the pause's ceiling, or
 #: not renewed in time because the gate's MySQL did not answer (the run still held the gate).
@@ -47,7 +47,7 @@ class Lease:
 
 
 class GateLease:
-    """The holder's side of a gate: renew the lease of a gate one DAG run holds.
+    """The owner's side of a gate: renew the lease of a gate one DAG run holds.
 
     :param table: The table, ``catalog.namespace.table``.
     :param dag_id: DAG id of the run that holds the gate.
@@ -71,8 +71,8 @@ class GateLease:
         connection = self._connect()
         try:
             with connection.cursor(pymysql.cursors.DictCursor) as cursor:
-                cursor.execute(HOLDER_RENEW_SQL, (self.table, *self.owner))
-                cursor.execute(HOLDER_LEASE_SQL, (self.table, *self.owner))
+                cursor.execute(OWNER_RENEW_SQL, (self.table, *self.owner))
+                cursor.execute(OWNER_LEASE_SQL, (self.table, *self.owner))
                 row = cursor.fetchone()
             connection.commit()
         finally:
@@ -97,7 +97,7 @@ class LeaseKeeper:
     ``on_lost`` has for that. The lease's end is counted from before each renewal was sent, so it is never
     later than the database's own.
 
-    :param lease: The gate's lease, as its holder renews it.
+    :param lease: The gate's lease, as its owner renews it.
     :param on_lost: Stops the work; called once, from one of the keeper's threads.
     :param every: Seconds between renewals.
     :param margin: Seconds before the lease ends at which the work is stopped if the lease cannot be extended.

@@ -82,7 +82,7 @@ class JobArguments:
         return cls(TableName.parse(args.table), tuple(ProcedureCall.from_json(c) for c in calls), args.job_secrets)
 
 
-class GateHolder(TypedDict):
+class GateOwnerSecrets(TypedDict):
     """The gate's connection and the run that holds it, for the job to renew the run's lease itself."""
 
     host: str
@@ -101,7 +101,7 @@ class JobSecrets(TypedDict, total=False):
 
     spark_conf: dict[str, str]  # secret Spark settings: a JDBC password, REST credentials, S3 keys
     system_properties: dict[str, str]  # JVM system properties of the driver: AWS keys
-    gate: GateHolder  # behind a write gate
+    gate: GateOwnerSecrets  # behind a write gate
 
 
 def read_job_secrets(location: str | None) -> JobSecrets:

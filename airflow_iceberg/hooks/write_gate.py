@@ -23,10 +23,10 @@ from airflow.sdk import BaseHook
 from airflow_iceberg.core.gate_protocol import (
     AUDIT_TABLE,
     GATE_TABLE,
-    HOLDER_RENEW_SQL,
+    OWNER_RENEW_SQL,
     WRITER_SEEN_WINDOW_SECONDS,
     WRITER_TABLE,
-    holder_connection,
+    owner_connection,
 )
 from airflow_iceberg.core.lease import GateLease
 from airflow_iceberg.core.tables import TableName
@@ -50,8 +50,8 @@ _SELECT = f"{_SELECT_GATES} WHERE table_name = %s"
 _SELECT_WRITERS = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
     WHERE table_name = %s ORDER BY writer_id"""
 
-# Applied only after decide_close allowed it, on the row locked by _locked_state, and followed by the holder's
-# renewal (HOLDER_RENEW_SQL), which caps the lease at the pause's deadline. A holder's re-close keeps its
+# Applied only after decide_close allowed it, on the row locked by _locked_state, and followed by the owner's
+# renewal (OWNER_RENEW_SQL), which caps the lease at the pause's deadline. An owner's re-close keeps its
 # original close time and deadline.
 _CLOSE = f"""UPDATE {GATE_TABLE}
     SET closed_at = IF(%(renew)s, closed_at, NOW(6)), state = 'closed',
@@ -196,7 +196,7 @@ class GateState:
     lease_expires_at: datetime | None
     opened_at: datetime | None
     database_now: datetime
-    #: The lease the holder closed with; each renewal extends the lease by this much.
+    #: The lease the owner closed with; each renewal extends the lease by this much.
     lease_seconds: int | None = None
     #: No renewal extends the lease past this (``max_pause_seconds`` after closing), or None.
     pause_deadline: datetime | None = None
@@ -276,7 +276,7 @@ class GateChange:
 def decide_close(before: GateState, owner: GateOwner) -> GateChange:
     """Closing is allowed if the gate is open, its lease has ended, or ``owner`` holds it (a renewal)."""
     if before.held_by(owner):
-        return GateChange(True, "reclose", "lease renewed by its holder")
+        return GateChange(True, "reclose", "lease renewed by its owner")
     if before.pauses_writers:
         until = f"{before.lease_expires_at:%Y-%m-%d %H:%M:%S.%f}"
         return GateChange(False, "close_refused", f"held by {before.owner} until {until} UTC")
@@ -339,22 +339,22 @@ def slot_order(entry: SlotQueueEntry) -> tuple[int, datetime, str]:
 def decide_admission(queue: list[SlotQueueEntry], table: str, owner: GateOwner, slots: int) -> GateChange:
     """Whether ``owner``'s run of ``table`` may close its gate now, taking one of ``slots`` Spark slots.
 
-    It may if it holds a slot already (a retry), or if, of the slots the holders leave free, one is its turn:
+    It may if it holds a slot already (a retry), or if, of the slots the owners leave free, one is its turn:
     the waiters in :func:`slot_order` take the free slots first to last.
     """
-    holders = [e for e in queue if e.holding]
-    if any(e.table == table and e.owner == owner for e in holders):
+    owners = [e for e in queue if e.holding]
+    if any(e.table == table and e.owner == owner for e in owners):
         return GateChange(True, "close", "holds a Spark slot already")
-    free = slots - len(holders)
+    free = slots - len(owners)
     waiters = sorted((e for e in queue if e.waiting), key=slot_order)
     place = next((i for i, e in enumerate(waiters) if e.table == table and e.owner == owner), None)
     if place is None:
         raise ValueError(f"{owner} is not in the queue of its Spark connection for {table}")
     if place < free:
-        return GateChange(True, "close", f"Spark slot {len(holders) + 1} of {slots}")
-    held = ", ".join(e.table for e in holders) or "none"
+        return GateChange(True, "close", f"Spark slot {len(owners) + 1} of {slots}")
+    held = ", ".join(e.table for e in owners) or "none"
     ahead = ", ".join(f"{e.table} (score {e.score})" for e in waiters[:place]) or "none"
-    return GateChange(False, "slot_wait", f"{len(holders)} of {slots} Spark slots taken ({held}); ahead: {ahead}")
+    return GateChange(False, "slot_wait", f"{len(owners)} of {slots} Spark slots taken ({held}); ahead: {ahead}")
 
 
 def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:
@@ -413,11 +413,11 @@ class WriteGateHook(BaseHook):
         }
 
     def get_conn(self) -> pymysql.connections.Connection:
-        """A new connection in UTC, returning rows as dicts, with autocommit off, in a gate holder's session (a
-        frozen holder's row lock is dropped within seconds: see ``HOLDER_SESSION_SETTINGS``)."""
+        """A new connection in UTC, returning rows as dicts, with autocommit off, in a gate owner's session (a
+        frozen owner's row lock is dropped within seconds: see ``OWNER_SESSION_SETTINGS``)."""
         settings = self.connection_settings()
         try:
-            return holder_connection(**settings, cursorclass=pymysql.cursors.DictCursor)
+            return owner_connection(**settings, cursorclass=pymysql.cursors.DictCursor)
         except pymysql.err.OperationalError as error:
             code = error.args[0] if error.args else None
             where = f"{settings['host']}:{settings['port']}, database {settings['database']!r}"
@@ -445,10 +445,10 @@ class WriteGateHook(BaseHook):
     def lease(self, table: TableName | str, owner: GateOwner) -> GateLease:
         """``owner``'s lease on the gate of ``table``, for a :class:`LeaseKeeper` that renews it while work runs."""
         settings = self.connection_settings()
-        return GateLease(str(TableName.of(table)), owner.dag_id, owner.run_id, lambda: holder_connection(**settings))
+        return GateLease(str(TableName.of(table)), owner.dag_id, owner.run_id, lambda: owner_connection(**settings))
 
-    def holder_settings(self, table: TableName | str, owner: GateOwner) -> dict[str, Any]:
-        """What a Spark job needs to renew ``owner``'s lease itself (``LeaseKeeper``): the connection and the holder.
+    def owner_settings(self, table: TableName | str, owner: GateOwner) -> dict[str, Any]:
+        """What a Spark job needs to renew ``owner``'s lease itself (``LeaseKeeper``): the connection and the owner.
 
         Holds the gate's password: it belongs in a job's secrets file, never on a command line.
         """
@@ -522,7 +522,7 @@ class WriteGateHook(BaseHook):
     ) -> GateState:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``.
 
-        The holder renews the lease while it works (:meth:`renew_lease`); with ``max_pause_seconds``, no
+        The owner renews the lease while it works (:meth:`renew_lease`); with ``max_pause_seconds``, no
         renewal extends it past that many seconds after this closing, which caps how long this run pauses
         writers. Succeeds if the gate is open, its lease has expired, or ``owner`` already holds it (then the
         lease is renewed and the original close time and deadline kept). Raises :class:`WriteGateHeldError`
@@ -562,7 +562,7 @@ class WriteGateHook(BaseHook):
                     "renew": change.action == "reclose",
                 }
                 cursor.execute(_CLOSE, params)
-                cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
+                cursor.execute(OWNER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
                 cursor.execute(_SELECT, (name,))
                 after = GateState.from_row(_the_row(cursor))
                 lease = after.lease_expires_at
@@ -581,11 +581,11 @@ class WriteGateHook(BaseHook):
         """Extend the lease of a gate ``owner`` holds by the lease it closed with, never past the pause's deadline.
 
         Raises :class:`LeaseLostError` if ``owner`` no longer holds the gate (its lease ended, another
-        run took it over, or it was forced open): whatever the holder was doing must stop.
+        run took it over, or it was forced open): whatever the owner was doing must stop.
         """
         name = str(TableName.of(table))
         with self._transaction() as cursor:
-            cursor.execute(HOLDER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
+            cursor.execute(OWNER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
             cursor.execute(_SELECT_WRITERS, (name,))
             writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
             cursor.execute(_SELECT, (name,))
@@ -600,8 +600,8 @@ class WriteGateHook(BaseHook):
         the entries of runs that stopped asking or let go of their gate, and take a slot if it is its turn.
 
         Every run that takes a slot does so under the connection's lock, so none is missed here. The queue is
-        read without locking the gate rows it joins: a holder renewing its lease in the same instant may be
-        read as one whose lease just ended, which only a holder already at its lease's end can be (holders renew
+        read without locking the gate rows it joins: an owner renewing its lease in the same instant may be
+        read as one whose lease just ended, which only an owner already at its lease's end can be (owners renew
         a quarter lease early).
         """
         cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
@@ -669,20 +669,20 @@ class WriteGateHook(BaseHook):
             was_closed = before.state == "closed"
             if was_closed:
                 cursor.execute(_OPEN, {"table": name})
-            holder = before.owner
+            owner = before.owner
             cursor.execute(
                 _AUDIT,
                 (
                     name,
                     "force_open",
-                    holder and holder.dag_id,
-                    holder and holder.run_id,
+                    owner and owner.dag_id,
+                    owner and owner.run_id,
                     before.lease_expires_at,
                     reason[:1000],
                 ),
             )
         if was_closed:
-            self.log.warning("Write gate of %s, held by %s, forced open: %s", name, holder, reason)
+            self.log.warning("Write gate of %s, held by %s, forced open: %s", name, owner, reason)
         else:
             self.log.info("Write gate of %s was already open: %s", name, reason)
         return was_closed

@@ -231,7 +231,7 @@ class IcebergRewriteOperator(SparkSubmitOperator):
                 raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
             if held.lease_seconds is None:  # a gate this run holds has a lease
                 raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
-            secrets["gate"] = {**gate.holder_settings(name, owner), "lease_seconds": held.lease_seconds}
+            secrets["gate"] = {**gate.owner_settings(name, owner), "lease_seconds": held.lease_seconds}
             # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
             keeper = LeaseKeeper.for_lease(
                 gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning

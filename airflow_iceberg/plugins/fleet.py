@@ -209,8 +209,8 @@ def build_app() -> Any:
         config = one_table(user, table)
         [summary] = report.summarize([config])
         gate, health = summary.gate, summary.health
-        holder = fleet_view.holder_of(gate, run_url)
-        may_force_open = holder is not None and _may(user, "PUT", compaction_dag_id(config.table))
+        owner = fleet_view.owner_of(gate, run_url)
+        may_force_open = owner is not None and _may(user, "PUT", compaction_dag_id(config.table))
         since = None if days <= 0 or gate is None else gate.database_now.timestamp() - days * 86400
         runs = [r for r in summary.runs if since is None or r["started_at"].timestamp() >= since]
         audit = WriteGateHook(config.write_gate_conn_id).audit_trail(config.table)[-20:][::-1]
@@ -220,9 +220,9 @@ def build_app() -> Any:
             "table": summary.table,
             "dag_id": compaction_dag_id(config.table),
             "gate": {
-                "state": "open" if holder is None else "closed",
+                "state": "open" if owner is None else "closed",
                 "line": report.gate_line(gate) if gate is not None else "-",
-                "holder": holder,
+                "owner": owner,
                 "writers": [{**asdict(w), "seen_at": iso(w.seen_at), "ack_at": iso(w.ack_at)} for w in writers],
             },
             "health": None if health is None else asdict(health),

@@ -56,7 +56,7 @@ def iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
-def holder_of(gate: Any, run_url: Callable[[str, str], str]) -> dict[str, str] | None:
+def owner_of(gate: Any, run_url: Callable[[str, str], str]) -> dict[str, str] | None:
     """The run that holds ``gate`` (a ``GateState``, or None), with a link to it; None if the gate pauses nobody."""
     owner = gate.owner if gate is not None and gate.pauses_writers else None
     if owner is None:
@@ -85,14 +85,14 @@ def row(
     run_url: Callable[[str, str], str],
 ) -> dict[str, Any]:
     """One table's row of the list, as JSON. ``gate`` is its ``GateState``, or None if it was never closed."""
-    holder = holder_of(gate, run_url)
+    owner = owner_of(gate, run_url)
     check = check or {}
     return {
         "table": table,
         "dag_id": dag_id,
-        "gate": "open" if holder is None else "closed",
-        "holder": holder,
-        "closed_at": None if holder is None else iso(gate.closed_at),
+        "gate": "open" if owner is None else "closed",
+        "owner": owner,
+        "closed_at": None if owner is None else iso(gate.closed_at),
         "need": need_of(check or None, last_run),
         "score": check.get("score"),
         "data_files": check.get("data_files"),

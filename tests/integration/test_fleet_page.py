@@ -32,7 +32,7 @@ from airflow_iceberg.plugins.fleet import UI_ROUTE, URL_PREFIX
 from devkit.writers import write_small_files
 from tests.integration.conftest import BUILD, login, suite_defaults
 
-HOLDER = GateOwner("someone_elses_dag", "manual__held_by_the_test")
+OWNER = GateOwner("someone_elses_dag", "manual__held_by_the_test")
 
 
 def trigger_and_wait(live_airflow, dag_id: str, conf: dict) -> dict:
@@ -104,7 +104,7 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
         ("force", "success"),
         ("skip", "skipped"),
     ]
-    gate_hook.close_gate(table, HOLDER, lease_seconds=600)  # a run that died with the gate closed
+    gate_hook.close_gate(table, OWNER, lease_seconds=600)  # a run that died with the gate closed
     login(browser, live_airflow, "admin")
 
     row = page(browser, ui(live_airflow, f"?q={table}"), f"tr[data-table='{table}']")
@@ -127,8 +127,8 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     drawn = "const c = arguments[0]; return c.getContext('2d').getImageData(0, 0, c.width, c.height).data.some(v => v)"
     for chart in charts:  # each chart drew something on its canvas
         assert chart.size["width"] > 100 and browser.execute_script(drawn, chart), chart.get_attribute("data-chart")
-    holder_link = browser.find_element(By.CSS_SELECTOR, "#gate a").get_attribute("href")
-    assert holder_link.endswith(f"/dags/{HOLDER.dag_id}/runs/{HOLDER.run_id}")
+    owner_link = browser.find_element(By.CSS_SELECTOR, "#gate a").get_attribute("href")
+    assert owner_link.endswith(f"/dags/{OWNER.dag_id}/runs/{OWNER.run_id}")
     browser.save_screenshot(str(BUILD / "iceberg-table-page.png"))
 
     reason = "run died at 03:10; releasing ingest"
@@ -139,7 +139,7 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     )
     assert not browser.find_elements(By.ID, "force-open")  # nothing left to force open
     forced = gate_hook.audit_trail(table)[-1]
-    assert forced["action"] == "force_open" and forced["owner_run_id"] == HOLDER.run_id
+    assert forced["action"] == "force_open" and forced["owner_run_id"] == OWNER.run_id
     assert forced["detail"] == f"{reason} (by admin, in the Airflow UI)"
     assert not gate_hook.get_state(table).pauses_writers
     audited = browser.find_element(By.CSS_SELECTOR, "#audit tr[data-action='force_open']")
@@ -154,7 +154,7 @@ def test_a_page_of_another_origin_cannot_force_a_gate_open(browser, live_airflow
         f'<!doctype html><form method="post" action="{endpoint}"><input name="reason" value="writers, resume">'
         '<input name="form_token" value="guessed"></form><script>document.forms[0].submit()</script>'
     )
-    gate_hook.close_gate(table, HOLDER, lease_seconds=600)
+    gate_hook.close_gate(table, OWNER, lease_seconds=600)
     try:
         login(browser, live_airflow, "admin")  # just now: Chromium still sends a fresh lax cookie with a POST
         with site_of_another_origin(attack, host) as attacker:
@@ -166,14 +166,14 @@ def test_a_page_of_another_origin_cannot_force_a_gate_open(browser, live_airflow
         assert refused
         # The browser sent the admin's session (else the answer would be 401, not this refusal), and named the page:
         assert f"it came from a page of '{attacker.rstrip('/')}'" in browser.page_source
-        assert gate_hook.get_state(table).owner == HOLDER  # still closed, by the same run
+        assert gate_hook.get_state(table).owner == OWNER  # still closed, by the same run
         assert [r["action"] for r in gate_hook.audit_trail(table)][-1] == "close"
 
         # Without a browser's Origin: the session cookie alone, with no form token of this Airflow, is refused too.
         session = {"_token": browser.get_cookie("_token")["value"]}
         bare = requests.post(endpoint, data={"reason": "no token"}, cookies=session, timeout=60, allow_redirects=False)
         assert bare.status_code == 403 and "without this Airflow's force-open form token" in bare.text, bare.text
-        assert gate_hook.get_state(table).owner == HOLDER
+        assert gate_hook.get_state(table).owner == OWNER
     finally:
         gate_hook.force_open(table, "test done")
 
@@ -234,7 +234,7 @@ def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
     browser, live_airflow, compacted_table, gate_hook
 ):
     table = str(compacted_table)
-    gate_hook.close_gate(table, HOLDER, lease_seconds=600)
+    gate_hook.close_gate(table, OWNER, lease_seconds=600)
     try:
         login(browser, live_airflow, "viewer")
         page(browser, ui(live_airflow, f"?table={table}"), "#gate[data-gate='closed']")
@@ -246,7 +246,7 @@ def test_a_user_who_may_not_edit_the_dag_sees_no_force_open_and_is_refused(
         assert refused.status_code == 403, refused.text
         anonymous = requests.post(endpoint, data={"reason": "nobody"}, timeout=60, allow_redirects=False)
         assert anonymous.status_code == 401, anonymous.text
-        assert gate_hook.get_state(table).owner == HOLDER  # still closed, by the same run
+        assert gate_hook.get_state(table).owner == OWNER  # still closed, by the same run
         assert [r["action"] for r in gate_hook.audit_trail(table)][-1] == "close"
     finally:
         gate_hook.force_open(table, "test done")

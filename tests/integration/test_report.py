@@ -43,8 +43,8 @@ def test_the_report_says_what_the_run_records_and_the_table_say(table, compactio
     hook = WriteGateHook()
     first, second = hook.run_records(table)
     assert (first["outcome"], second["outcome"]) == ("success", "skipped")
-    holder = GateOwner("someone_elses_dag", "manual__now")
-    hook.close_gate(table, holder, lease_seconds=300)
+    owner = GateOwner("someone_elses_dag", "manual__now")
+    hook.close_gate(table, owner, lease_seconds=300)
     health = read_health(IcebergHook("lake").load_table(table.split(".", 1)[1]), table, small_file_ratio=0.75)
 
     result = report("--table", table, "--html", str(tmp_path / "report"))

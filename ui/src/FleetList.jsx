@@ -55,7 +55,7 @@ function Row({ row }) {
       </Table.Cell>
       <Table.Cell>
         {row.gate === "closed" ? (
-          <Badge colorPalette="red" title={`held by ${row.holder.dag_id} / ${row.holder.run_id}`}>
+          <Badge colorPalette="red" title={`held by ${row.owner.dag_id} / ${row.owner.run_id}`}>
             closed {ago(row.closed_at)}
           </Badge>
         ) : <Badge colorPalette="gray" variant="outline">open</Badge>}

@@ -43,7 +43,7 @@ function Gate({ table, gate, mayForceOpen, token, done }) {
         <Text id="gate" data-gate={gate.state}>
           <Badge colorPalette={gate.state === "closed" ? "red" : "gray"} me={2}>{gate.state}</Badge>
           {gate.line}
-          {gate.holder ? <> (<Link href={gate.holder.url} colorPalette="blue">the run that holds it</Link>)</> : null}
+          {gate.owner ? <> (<Link href={gate.owner.url} colorPalette="blue">the run that holds it</Link>)</> : null}
         </Text>
         {gate.writers.length ? (
           <Table.Root size="sm" mt={3} id="writers">

@@ -138,13 +138,13 @@ def test_the_force_open_command_opens_a_held_gate_and_records_the_reason(gate_ho
 
 
 def test_a_holder_frozen_inside_its_transaction_does_not_keep_the_gate_locked(gate_hook, gate_table):
-    """A holder that stops mid-transaction (SIGSTOP, a paused VM) holds the gate row's lock only until the server
+    """An owner that stops mid-transaction (SIGSTOP, a paused VM) holds the gate row's lock only until the server
     drops its idle connection, so the next run's close and a force-open still get through instead of timing out."""
     import pymysql
 
     gate_hook.close_gate(gate_table, RUN_A, lease_seconds=1)
     frozen = gate_hook.get_conn()
-    with frozen.cursor() as cursor:  # the frozen holder: the row locked, the transaction never ended
+    with frozen.cursor() as cursor:  # the frozen owner: the row locked, the transaction never ended
         cursor.execute("SELECT state FROM iceberg_write_gate WHERE table_name = %s FOR UPDATE", (gate_table,))
     while gate_hook.get_state(gate_table).pauses_writers:  # A's lease runs out (reading takes no lock)
         time.sleep(0.1)
@@ -152,7 +152,7 @@ def test_a_holder_frozen_inside_its_transaction_does_not_keep_the_gate_locked(ga
     state = gate_hook.close_gate(gate_table, RUN_B, lease_seconds=600)  # waits for the lock, then takes over
 
     assert state.owner == RUN_B and state.pauses_writers
-    assert gate_hook.force_open(gate_table, "the frozen holder is gone")
-    with pytest.raises(pymysql.err.OperationalError):  # the server dropped the frozen holder's connection
+    assert gate_hook.force_open(gate_table, "the frozen owner is gone")
+    with pytest.raises(pymysql.err.OperationalError):  # the server dropped the frozen owner's connection
         with frozen.cursor() as cursor:
             cursor.execute("SELECT 1")

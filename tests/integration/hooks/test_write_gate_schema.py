@@ -45,7 +45,7 @@ PRE_VERSIONING_ALTERS = (
     "ALTER TABLE iceberg_write_gate ADD COLUMN writer_ack_at TIMESTAMP(6) NULL DEFAULT NULL",
     "ALTER TABLE iceberg_write_gate ADD COLUMN writer_ack_snapshot_id BIGINT NULL",
 )
-HOLDER = GateOwner("iceberg_compact__lake__db__events", "scheduled__2026-11-01T00:00:00+00:00")
+OWNER = GateOwner("iceberg_compact__lake__db__events", "scheduled__2026-11-01T00:00:00+00:00")
 TABLE = "lake.db.events"
 
 
@@ -100,7 +100,7 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
         scratch_gate,
         *FIRST_RELEASE_DDL,
         "INSERT INTO iceberg_write_gate (table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at)"
-        f" VALUES ('{TABLE}', 'closed', '{HOLDER.dag_id}', '{HOLDER.run_id}', NOW(6), NOW(6) + INTERVAL 1 HOUR)",
+        f" VALUES ('{TABLE}', 'closed', '{OWNER.dag_id}', '{OWNER.run_id}', NOW(6), NOW(6) + INTERVAL 1 HOUR)",
         f"INSERT INTO iceberg_write_gate_audit (table_name, action, owner_run_id) VALUES ('{TABLE}', 'close', 'r')",
     )
     hook = WriteGateHook("scratch_gate")
@@ -111,9 +111,9 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
     assert f"version 1 -> {gate_schema().latest}" in output
     assert hook.schema_version() == gate_schema().latest
     state = hook.get_state(TABLE)  # the gate closed under the first release is still closed, by the same run
-    assert state.held_by(HOLDER) and state.writers == ()
+    assert state.held_by(OWNER) and state.writers == ()
     assert [row["action"] for row in hook.audit_trail(TABLE)] == ["close"]
-    # What the later versions added works: the writer registers and acknowledges, the holder opens.
+    # What the later versions added works: the writer registers and acknowledges, the owner opens.
     connection = hook.get_connection("scratch_gate")
     writer = WriteGateClient.connect(
         TABLE,
@@ -129,7 +129,7 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
         writer.close()
     [acknowledged] = hook.get_state(TABLE).writers
     assert acknowledged.ack_snapshot_id == 17
-    assert hook.open_gate(TABLE, HOLDER)[0]
+    assert hook.open_gate(TABLE, OWNER)[0]
 
     assert "nothing to do" in migrate_command()
 
@@ -156,6 +156,6 @@ def test_a_database_set_up_before_versions_were_recorded_is_recognised_not_alter
 def test_a_hook_on_a_database_never_migrated_names_the_command_and_creates_nothing(scratch_gate, mysql_server):
     hook = WriteGateHook("scratch_gate")
     with pytest.raises(WriteGateSchemaError, match="run `airflow-iceberg migrate --conn-id scratch_gate`"):
-        hook.close_gate(TABLE, HOLDER, lease_seconds=60)
+        hook.close_gate(TABLE, OWNER, lease_seconds=60)
     assert columns(mysql_server, scratch_gate) == {}  # no table was created behind the user's back
     assert hook.schema_version() == 0

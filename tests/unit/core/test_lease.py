@@ -1,4 +1,4 @@
-"""The holder's side of the gate on a fake clock: the keeper renews the lease, and stops the work before it ends."""
+"""The owner's side of the gate on a fake clock: the keeper renews the lease, and stops the work before it ends."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TABLE = "lake.db.events"
 
 
 class FakeLease:
-    """A holder's lease whose renewals answer from a script: seconds left, a lost gate, or MySQL away."""
+    """An owner's lease whose renewals answer from a script: seconds left, a lost gate, or MySQL away."""
 
     def __init__(self, *answers) -> None:
         self.table = TABLE
@@ -119,7 +119,7 @@ def test_work_after_the_first_starts_on_a_renewed_lease_or_on_the_last_one_while
 
 
 class NoRowConnection:
-    """A gate database whose holder query finds no row: the run no longer holds the gate."""
+    """A gate database whose owner query finds no row: the run no longer holds the gate."""
 
     def cursor(self, *args):
         class Cursor:

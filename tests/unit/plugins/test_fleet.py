@@ -179,7 +179,7 @@ def test_the_list_joins_gates_checks_and_runs_by_need_and_reads_no_table(client)
     assert [r["table"] for r in answer["rows"]] == [OTHER, TABLE]  # needs work first; hidden is not listed
     other, table = answer["rows"]
     assert (other["need"], other["score"], other["data_files"], other["gate"]) == ("needs_work", 40, 90, "open")
-    assert table["gate"] == "closed" and table["holder"]["url"] == f"/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}"
+    assert table["gate"] == "closed" and table["owner"]["url"] == f"/dags/{HELD_BY.dag_id}/runs/{HELD_BY.run_id}"
     assert (table["need"], table["last_run"]["outcome"], table["failed_runs_24h"]) == ("unknown", "failed", 1)
     assert state["health_reads"] == 0  # the list reads no table's metadata
 
@@ -215,7 +215,7 @@ def form_token(http) -> str:
 def test_a_table_page_offers_force_open_to_editors_only_and_keeps_the_runs_of_its_range(client):
     http, state = client
     page = http.get(f"/iceberg/api/tables/{TABLE}?days=30").json()
-    assert page["may_force_open"] and page["gate"]["holder"]["run_id"] == HELD_BY.run_id
+    assert page["may_force_open"] and page["gate"]["owner"]["run_id"] == HELD_BY.run_id
     assert page["gate"]["line"].startswith(f"closed by dag {HELD_BY.dag_id} run {HELD_BY.run_id}, lease 300 s left")
     assert [r["run_id"] for r in page["runs"]] == ["manual__1"]  # the 40-day-old run is out of range
     assert page["runs"][0]["outcome"] == "failed" and page["runs"][0]["detail"] == FAILURE  # what it left undone
@@ -243,7 +243,7 @@ def test_force_open_needs_a_reason_and_records_who_gave_it(client):
     )
     assert done.status_code == 200 and done.json() == {"table": TABLE, "opened": True}
     assert state["forced"] == [(TABLE, "run died (by admin, in the Airflow UI)")]
-    page = http.get(f"/iceberg/api/tables/{TABLE}").json()  # the gate is open now: nothing to force, no holder
+    page = http.get(f"/iceberg/api/tables/{TABLE}").json()  # the gate is open now: nothing to force, no owner
     assert page["gate"]["state"] == "open" and not page["may_force_open"]
 
 

@@ -41,7 +41,7 @@ class Closed:
     closed_at = NOW
 
     class owner:  # noqa: N801 - a GateOwner's fields
-        dag_id, run_id = "d", "holder"
+        dag_id, run_id = "d", "owner"
 
 
 def make(table: str, check_=None, last_run=None, gate=None, failed: int = 0) -> dict:
