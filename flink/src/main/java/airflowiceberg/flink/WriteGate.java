@@ -18,9 +18,10 @@ import java.util.Set;
 /**
  * One writer's statements of the write-gate protocol, over JDBC (docs/write-gate-protocol.md).
  *
- * <p>The statements are those of {@code airflow_iceberg/core/gate_protocol.py}, with {@code ?} for pymysql's {@code %s};
- * {@code tests/unit/test_flink_statements.py} holds the two together. The connection runs in autocommit, so the
- * registration is committed before the look. Not thread-safe: a reader's gate thread is its only user.
+ * <p>The statements are those of {@code airflow_iceberg/core/gate_protocol.py}, with {@code ?} for pymysql's
+ * {@code %s}; {@code tests/unit/core/test_gate_protocol.py} holds the two together. The connection runs in
+ * autocommit, so the registration is committed before the look. Not thread-safe: a reader's gate thread is its only
+ * user.
  */
 final class WriteGate implements AutoCloseable {
     static final String WRITER_REGISTER_SQL = "INSERT INTO iceberg_write_gate_writer (table_name, writer_id, seen_at)\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from airflow_iceberg.core import gate_protocol
 
-JAVA = Path(__file__).resolve().parents[2] / "flink/src/main/java/airflowiceberg/flink/WriteGate.java"
+JAVA = Path(__file__).resolve().parents[3] / "flink/src/main/java/airflowiceberg/flink/WriteGate.java"
 _CONSTANT = re.compile(r"static final String (\w+_SQL)\s*=\s*(.*?);\n", re.DOTALL)
 _LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "'": "'", "\\": "\\"}
