@@ -16,8 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_iceberg.core.gate_state import GateState
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import GateState, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 #: Decisions of runs that closed the gate and rewrote (the others: ``skip``, and ``none`` for runs that failed
 #: before they planned).

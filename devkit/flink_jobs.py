@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_iceberg.hooks.write_gate import WriteGateHook, WriterState
+from airflow_iceberg.core.gate_state import WriterState
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 FLINK_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_FLINK_BUILD", Path(__file__).parents[1] / "build" / "flink"))
 

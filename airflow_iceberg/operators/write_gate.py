@@ -9,9 +9,11 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
+from airflow_iceberg.core.gate_state import GateOwner, check_lease_seconds
+from airflow_iceberg.core.spark_slots import SlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
-from airflow_iceberg.hooks.write_gate import GateOwner, SlotRequest, WriteGateHook, check_lease_seconds
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 
 def run_owner(context: Mapping[str, Any]) -> GateOwner:

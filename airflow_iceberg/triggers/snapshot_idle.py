@@ -15,9 +15,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_iceberg.core.gate_state import GateOwner, GateState
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def test_two_runs_at_once_take_turns_at_the_gate(bench):
 
 
 @pytest.mark.timeout(1800)
-def test_a_stale_opener_after_a_takeover_leaves_the_new_holders_gate_closed(bench):
+def test_a_stale_opener_after_a_takeover_leaves_the_new_owners_gate_closed(bench):
     outcome = run(bench, faults.stale_opener_after_takeover)
     assert outcome.run_state == "A failed, B success"
     assert outcome.checks["a_open_actions"] == ["open_noop"]  # A's teardown never opened B's gate

@@ -16,9 +16,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id
-from airflow_iceberg.hooks.write_gate import RUN_TABLE, GateOwner, WriteGateHook
+from airflow_iceberg.hooks.run_records import RUN_TABLE
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.plugins.fleet import UI_ROUTE
 from tests.integration.conftest import BUILD, DB_SUFFIX, login, suite_defaults
 

@@ -24,9 +24,9 @@ from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id
-from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.metrics import RUN_GAUGES
 from airflow_iceberg.plugins.fleet import UI_ROUTE, URL_PREFIX
 from devkit.writers import write_small_files

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
 from devkit.private_mariadb import PrivateMariaDB
 

@@ -10,8 +10,9 @@ import time
 
 import pymysql
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import WriteGateClient, check_gate
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")

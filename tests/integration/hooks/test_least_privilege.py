@@ -12,8 +12,9 @@ import pymysql
 import pytest
 
 from airflow_iceberg.core.gate_protocol import WriteGateAccessError
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import WriteGateClient
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from tests.integration.conftest import GATE_DB, GATE_USERS
 
 RUN = GateOwner("iceberg_compact__lake__grants__t", "manual__1")

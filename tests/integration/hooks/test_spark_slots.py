@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.spark_slots import SlotRequest
 from airflow_iceberg.exceptions import SparkSlotsBusyError
-from airflow_iceberg.hooks.write_gate import GateOwner, SlotRequest
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
 from tests.integration.hooks.test_write_gate import writer_paused
 
@@ -59,7 +60,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
     assert [(e.table, e.holding) for e in gate_hook.spark_queue(conn)] == [(t2, True)]
 
 
-def test_a_dead_holders_slot_frees_when_its_lease_ends_and_a_waiter_that_stops_asking_loses_its_place(gate_hook, fleet):
+def test_a_dead_owners_slot_frees_when_its_lease_ends_and_a_waiter_that_stops_asking_loses_its_place(gate_hook, fleet):
     (t1, t2, t3), conn = fleet
     gate_hook.close_gate(t1, owner(t1), 2, 2, SlotRequest(conn, 1, 0, patience=60))  # then its run dies
     with pytest.raises(SparkSlotsBusyError):  # the worst table asks once, then its run dies too

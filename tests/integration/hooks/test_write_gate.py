@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import check_gate
 from airflow_iceberg.exceptions import WriteGateHeldError
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")
@@ -65,7 +66,7 @@ def test_a_run_cannot_open_a_gate_it_does_not_hold(gate_hook, gate_table):
     assert actions(gate_hook, gate_table)[-1] == ("open_noop", RUN_B.run_id)
 
 
-def test_the_holder_opens_the_gate_and_opening_again_changes_nothing(gate_hook, gate_table):
+def test_the_owner_opens_the_gate_and_opening_again_changes_nothing(gate_hook, gate_table):
     gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
     opened, state = gate_hook.open_gate(gate_table, RUN_A)
     assert opened and state.state == "open" and state.owner is None
@@ -137,7 +138,7 @@ def test_the_force_open_command_opens_a_held_gate_and_records_the_reason(gate_ho
     assert len(gate_hook.audit_trail(gate_table)) == 2
 
 
-def test_a_holder_frozen_inside_its_transaction_does_not_keep_the_gate_locked(gate_hook, gate_table):
+def test_an_owner_frozen_inside_its_transaction_does_not_keep_the_gate_locked(gate_hook, gate_table):
     """An owner that stops mid-transaction (SIGSTOP, a paused VM) holds the gate row's lock only until the server
     drops its idle connection, so the next run's close and a force-open still get through instead of timing out."""
     import pymysql

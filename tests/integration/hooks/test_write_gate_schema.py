@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.exceptions import WriteGateSchemaError
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.hooks.write_gate_schema import gate_schema
 
 #: The tables as the first release (commit 8115a02) created them: no acknowledgement, no version table.

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.exceptions import WriteGateHeldError
-from airflow_iceberg.hooks.write_gate import GateOwner
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")

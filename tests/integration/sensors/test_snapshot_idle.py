@@ -8,10 +8,11 @@ import pyarrow as pa
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.exceptions import LeaseLostError
-from airflow_iceberg.hooks.write_gate import GateOwner, WriteGateHook
+from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 OWNER = GateOwner("sensor_test", "manual__1")

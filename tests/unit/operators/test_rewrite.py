@@ -296,7 +296,8 @@ def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any)
     ``rewrite`` overrides the operator's arguments (one ``rewrite_data_files`` on the whole table by default).
     Returns the command it would run, the secrets file's contents and mode at that moment, and the file.
     """
-    from airflow_iceberg.hooks.write_gate import GateState, WriteGateHook
+    from airflow_iceberg.core.gate_state import GateState
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", **spark}))
     monkeypatch.setenv("AIRFLOW_CONN_LAKE", json.dumps({"conn_type": "iceberg", **catalog}))

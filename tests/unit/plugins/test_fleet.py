@@ -10,8 +10,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner, GateState
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState
 from airflow_iceberg.report import Health, TableSummary
 
 LOAD = """

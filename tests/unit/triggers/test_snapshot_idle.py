@@ -7,9 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
-from airflow_iceberg.hooks.write_gate import GateOwner, GateState, WriterState
 from airflow_iceberg.triggers import snapshot_idle
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
 

@@ -1,0 +1,163 @@
+"""A gate as its row says, and the rules that change it: pure functions of the row as locked, tested without MySQL.
+
+The hook applies them inside the transaction that locked the row (``hooks/write_gate.py``); the sensor, its trigger
+and the UI read the same state. Every time is the database's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_iceberg.core.gate_protocol import WRITER_SEEN_WINDOW_SECONDS
+from airflow_iceberg.core.lease import LeaseLostError
+
+
+def database_time(value: datetime | None) -> datetime | None:
+    # The session time zone is UTC (see get_conn), so MySQL's naive TIMESTAMP values are UTC.
+    return value.replace(tzinfo=timezone.utc) if value is not None else None
+
+
+@dataclass(frozen=True)
+class GateOwner:
+    """Who holds a gate: one DAG run."""
+
+    dag_id: str
+    run_id: str
+
+    def __str__(self) -> str:
+        return f"dag {self.dag_id!r} run {self.run_id!r}"
+
+
+@dataclass(frozen=True)
+class WriterState:
+    """A writer of a gated table as it last reported: when it last read the gate, and its acknowledgement."""
+
+    writer_id: str
+    seen_at: datetime | None
+    ack_at: datetime | None
+    ack_snapshot_id: int | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> WriterState:
+        return cls(
+            row["writer_id"], database_time(row["seen_at"]), database_time(row["ack_at"]), row["ack_snapshot_id"]
+        )
+
+
+@dataclass(frozen=True)
+class GateState:
+    """A gate row as read, its writers, and the database's clock at the moment of reading."""
+
+    table: str
+    state: str
+    owner: GateOwner | None
+    closed_at: datetime | None
+    lease_expires_at: datetime | None
+    opened_at: datetime | None
+    database_now: datetime
+    #: The lease the owner closed with; each renewal extends the lease by this much.
+    lease_seconds: int | None = None
+    #: No renewal extends the lease past this (``max_pause_seconds`` after closing), or None.
+    pause_deadline: datetime | None = None
+    writers: tuple[WriterState, ...] = ()
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], writers: tuple[WriterState, ...] = ()) -> GateState:
+        owner = GateOwner(row["owner_dag_id"], row["owner_run_id"]) if row["owner_dag_id"] is not None else None
+        return cls(
+            table=row["table_name"],
+            state=row["state"],
+            owner=owner,
+            closed_at=database_time(row["closed_at"]),
+            lease_expires_at=database_time(row["lease_expires_at"]),
+            opened_at=database_time(row["opened_at"]),
+            database_now=database_time(row["database_now"]),  # type: ignore[arg-type]
+            lease_seconds=row["lease_seconds"],
+            pause_deadline=database_time(row["pause_deadline"]),
+            writers=writers,
+        )
+
+    @classmethod
+    def never_closed(cls, table: str, database_now: datetime, writers: tuple[WriterState, ...] = ()) -> GateState:
+        """The state of a table that has no gate row: open."""
+        return cls(table, "open", None, None, None, None, database_now, writers=writers)
+
+    @property
+    def pauses_writers(self) -> bool:
+        """The writers' rule: closed and the lease not yet ended."""
+        return (
+            self.state == "closed" and self.lease_expires_at is not None and self.lease_expires_at > self.database_now
+        )
+
+    def held_by(self, owner: GateOwner) -> bool:
+        return self.pauses_writers and self.owner == owner
+
+    def require_held_by(self, owner: GateOwner) -> None:
+        """Raise :class:`LeaseLostError` unless ``owner`` holds the gate: a writer may be committing."""
+        if not self.held_by(owner):
+            raise LeaseLostError(
+                f"the write gate of {self.table} is not held by {owner} (state {self.state!r}, owner {self.owner}, "
+                f"lease until {self.lease_expires_at}); the writer may be committing, so no rewrite may start"
+            )
+
+    def writers_to_wait_for(self) -> tuple[WriterState, ...]:
+        """The writers a compaction waits for: those seen within a lease (at least a minute) before the closing,
+        or since.
+
+        A writer reads the gate before every commit and says it is there every few seconds, so one not seen in
+        that time is not committing. A writer that left (stopped for good) is not waited for.
+        """
+        if self.closed_at is None:
+            return ()
+        if self.lease_seconds:
+            lease = timedelta(seconds=self.lease_seconds)
+        elif self.lease_expires_at is not None:  # a row from before lease_seconds was recorded
+            lease = self.lease_expires_at - self.closed_at
+        else:
+            lease = timedelta(0)
+        since = self.closed_at - max(lease, timedelta(seconds=WRITER_SEEN_WINDOW_SECONDS))
+        return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since)
+
+    def acknowledged_by(self, writer: WriterState) -> bool:
+        """``writer`` acknowledged this closing of the gate (not an earlier one)."""
+        return writer.ack_at is not None and self.closed_at is not None and writer.ack_at >= self.closed_at
+
+
+@dataclass(frozen=True)
+class GateChange:
+    """What a close or an open does to a gate, decided from its locked row: the audit action and its detail."""
+
+    allowed: bool
+    action: str
+    detail: str | None = None
+
+
+def decide_close(before: GateState, owner: GateOwner) -> GateChange:
+    """Closing is allowed if the gate is open, its lease has ended, or ``owner`` holds it (a renewal)."""
+    if before.held_by(owner):
+        return GateChange(True, "reclose", "lease renewed by its owner")
+    if before.pauses_writers:
+        until = f"{before.lease_expires_at:%Y-%m-%d %H:%M:%S.%f}"
+        return GateChange(False, "close_refused", f"held by {before.owner} until {until} UTC")
+    if before.state == "closed":
+        return GateChange(True, "close", f"took over the expired lease of {before.owner}")
+    return GateChange(True, "close")
+
+
+def decide_open(before: GateState, owner: GateOwner) -> GateChange:
+    """Opening is allowed only to the run that closed the gate, so it never opens another run's gate."""
+    if before.state == "closed" and before.owner == owner:
+        return GateChange(True, "open")
+    if before.state == "open":
+        return GateChange(False, "open_noop", "the gate is already open")
+    return GateChange(False, "open_noop", f"the gate is held by {before.owner}, not by {owner}")
+
+
+def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:
+    """``seconds`` if it is a positive integer; a ValueError naming the setting and the value otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {seconds!r}")
+    return seconds
