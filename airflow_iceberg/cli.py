@@ -90,7 +90,7 @@ def pool_sizes(tables: list) -> dict[str, int]:
 def _pools(args: argparse.Namespace, out: TextIO) -> int:
     from airflow.models.pool import Pool
 
-    from airflow_iceberg.config import load_table_list
+    from airflow_iceberg.table_list import load_table_list
 
     table_list = load_table_list()
     for error in table_list.errors:
@@ -109,8 +109,8 @@ def _pools(args: argparse.Namespace, out: TextIO) -> int:
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from datetime import datetime, timezone
 
-    from airflow_iceberg.config import load_table_list
     from airflow_iceberg.report import render_text, summarize, write_html
+    from airflow_iceberg.table_list import load_table_list
 
     table_list = load_table_list()
     for error in table_list.errors:

@@ -1,11 +1,7 @@
-"""The table list: which Iceberg tables get a compaction DAG, and with which settings.
+"""The table list's schema: every setting of an entry, its type, its check and its one default (pydantic).
 
-Read from the file named by ``AIRFLOW_ICEBERG_CONFIG``, or else ``iceberg_tables.yaml`` in Airflow's DAG
-folder (``[core] dags_folder``). Each entry under ``tables`` is validated on its own, after the ``defaults``
-block is merged under it, so one bad entry is reported by its position, table name and field while every
-other table still gets its DAG.
-
-The models here are the one place where settings get their defaults: operators take explicit values.
+The models here are the one place where settings get their defaults: operators take explicit values. Reading
+the file and validating each entry is ``table_list.py``; ``docs/configuration.md`` lists every setting from here.
 """
 
 from __future__ import annotations
@@ -13,14 +9,11 @@ from __future__ import annotations
 import os
 import re
 import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from datetime import date
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from airflow.sdk import CronTriggerTimetable, conf
+from airflow.sdk import CronTriggerTimetable
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -28,23 +21,16 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID
+from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 from airflow_iceberg.core.procedures import normalize_options
-from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
-from airflow_iceberg.exceptions import IcebergConfigError
+from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.health import PROCEDURES, HealthThresholds
-from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 
-CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
-TABLE_LIST_FILE = "iceberg_tables.yaml"
-#: Top-level keys with this prefix are ignored, as extension fields are in Compose files: they hold blocks that
-#: entries reuse through YAML anchors.
-EXTENSION_PREFIX = "x-"
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
 SPARK_DEFAULT_CONN_ID = "spark_default"
@@ -274,7 +260,7 @@ class TableConfig(BaseModel):
     rewrite_position_delete_files: dict[str, Any] = Field(default_factory=dict)
     spark_conn_id: str = SPARK_DEFAULT_CONN_ID
     iceberg_conn_id: str | None = Field(default=None, description="Defaults to the catalog's name")
-    write_gate_conn_id: str = WriteGateHook.default_conn_name
+    write_gate_conn_id: str = WRITE_GATE_DEFAULT_CONN_ID
     spark: SparkSettings = Field(default_factory=SparkSettings)
     spark_pool_slots: int | None = Field(
         default=None,
@@ -382,102 +368,3 @@ class TableConfig(BaseModel):
     @property
     def catalog_conn_id(self) -> str:
         return self.iceberg_conn_id or self.table.catalog
-
-
-@dataclass(frozen=True)
-class TableList:
-    """The valid entries, and one message for each invalid one."""
-
-    tables: list[TableConfig]
-    errors: list[str]
-
-
-def _describe(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or "(entry)"
-        message = item["msg"].removeprefix("Value error, ")
-        got = "" if item["type"] in ("value_error", "missing") else f" (got {shown(item['input'])})"
-        parts.append(f"field {field!r}: {message}{got}")
-    return "; ".join(parts)
-
-
-def _merge(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
-    """``entry`` over ``defaults``; mappings in both (``spark``, ``spark.conf``, options) merge key by key."""
-    merged = {**defaults, **entry}
-    for key, value in entry.items():
-        if isinstance(value, Mapping) and isinstance(defaults.get(key), Mapping):
-            merged[key] = _merge(defaults[key], value)
-    return merged
-
-
-def dags_folder() -> Path:
-    """Airflow's DAG folder, ``[core] dags_folder``."""
-    return Path(conf.get("core", "dags_folder")).expanduser()
-
-
-def config_path() -> Path:
-    """The table list in use: ``$AIRFLOW_ICEBERG_CONFIG`` if set, else ``iceberg_tables.yaml`` in the DAG folder."""
-    explicit = os.environ.get(CONFIG_ENV)
-    if explicit:
-        return Path(explicit)
-    return dags_folder() / TABLE_LIST_FILE
-
-
-# libyaml's loader when PyYAML was built with it: a 1,000-table list loads in half the time.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def load_table_list(path: Path | None = None, select: Callable[[TableName], bool] | None = None) -> TableList:
-    """Read and validate the table list. A file that cannot be read at all raises :class:`IcebergConfigError`.
-
-    With ``select``, only the entries whose table it accepts are validated and returned, with their errors: a
-    task's process needs one table's settings, not the whole fleet's.
-    """
-    path = path or config_path()
-    try:
-        document = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
-    except (OSError, yaml.YAMLError) as error:
-        raise IcebergConfigError(f"{path}: cannot read the table list: {error}") from None
-    if not isinstance(document, Mapping) or not isinstance(document.get("tables"), list):
-        raise IcebergConfigError(f"{path}: expected a mapping with a 'tables' list")
-    unknown = {key for key in document if not str(key).startswith(EXTENSION_PREFIX)} - {"defaults", "tables"}
-    if unknown:
-        raise IcebergConfigError(
-            f"{path}: unknown top-level keys {sorted(unknown)}; expected defaults, tables, and any "
-            f"{EXTENSION_PREFIX}* blocks for YAML anchors"
-        )
-    defaults = document.get("defaults") or {}
-    if not isinstance(defaults, Mapping):
-        raise IcebergConfigError(f"{path}: 'defaults' must be a mapping")
-
-    tables: list[TableConfig] = []
-    errors: list[str] = []
-    seen: set[TableName] = set()
-    for index, entry in enumerate(document["tables"]):
-        label = f"{path.name}: tables[{index}]"
-        if not isinstance(entry, Mapping):
-            errors.append(f"{label}: expected a mapping with at least 'table', got {shown(entry)}")
-            continue
-        label += f" ({shown(entry.get('table', 'no table'), quoted=False)})"
-        if select is not None and not _selected(entry.get("table"), select):
-            continue
-        try:
-            config = TableConfig.model_validate(_merge(defaults, entry))
-        except ValidationError as error:
-            errors.append(f"{label}: {_describe(error)}")
-            continue
-        if config.table in seen:
-            errors.append(f"{label}: field 'table': {config.table} is listed more than once")
-            continue
-        seen.add(config.table)
-        tables.append(config)
-    return TableList(tables=tables, errors=errors)
-
-
-def _selected(table: Any, select: Callable[[TableName], bool]) -> bool:
-    """Whether ``select`` takes the entry's table; an entry without a valid name is not selected."""
-    try:
-        return select(TableName.of(table))
-    except InvalidCallError:
-        return False

@@ -6,8 +6,8 @@ DAG. The compaction DAGs come from ``iceberg_compaction.py``, which skips bad en
 
 from __future__ import annotations
 
-from airflow_iceberg.config import config_path, load_table_list
 from airflow_iceberg.exceptions import IcebergConfigError
+from airflow_iceberg.table_list import config_path, load_table_list
 
 _errors = load_table_list().errors
 if _errors:

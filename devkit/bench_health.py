@@ -39,12 +39,13 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.config import TableConfig, load_table_list
+from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.health import PROCEDURES, HealthThresholds, make_plan, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.table_list import load_table_list
 from devkit.dag_runs import load_compaction_dag
 from devkit.demo import DEMO_TABLE
 from devkit.tables import TableStats, drop_table

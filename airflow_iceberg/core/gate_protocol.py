@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 #: The gate's tables, as ``airflow_iceberg/hooks/write_gate.sql`` defines them (a unit test holds the two together).
+#: The id of the gate's Airflow connection when none is named (``WriteGateHook.default_conn_name``).
+WRITE_GATE_DEFAULT_CONN_ID = "write_gate_default"
 GATE_TABLE = "iceberg_write_gate"
 
 

@@ -24,6 +24,7 @@ from airflow_iceberg.core.gate_protocol import (
     AUDIT_TABLE,
     GATE_TABLE,
     OWNER_RENEW_SQL,
+    WRITE_GATE_DEFAULT_CONN_ID,
     WRITER_TABLE,
     owner_connection,
     the_row,
@@ -134,7 +135,7 @@ class WriteGateHook(RunRecords, BaseHook):
     """
 
     conn_name_attr = "write_gate_conn_id"
-    default_conn_name = "write_gate_default"
+    default_conn_name = WRITE_GATE_DEFAULT_CONN_ID
     conn_type = "iceberg_write_gate"
     hook_name = "Iceberg Write Gate (MySQL)"
 

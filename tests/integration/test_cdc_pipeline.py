@@ -22,10 +22,10 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.health import PROCEDURES, plan_table
-from airflow_iceberg.operators.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag

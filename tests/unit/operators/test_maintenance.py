@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg.operators.maintenance import (
-    FLINK_CHECKPOINT_MARKER,
-    ExpireSnapshotsOperator,
-    RemoveOrphanFilesOperator,
-)
+from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
+from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 
 
 def test_orphan_removal_refuses_an_older_than_inside_the_longest_pause_plus_margin():
