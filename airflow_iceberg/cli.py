@@ -9,7 +9,7 @@ with its gate closed: writers resume at once instead of when the lease ends. The
 that held the gate, its lease, and the reason.
 
 ``airflow-iceberg pools`` creates or resizes one Airflow pool per Spark connection for the tables that set
-``spark_pool_slots`` (the largest value among a connection's tables), so at most that many rewrites run on one
+``spark_slots`` (the largest value among a connection's tables), so at most that many rewrites run on one
 cluster at once. Run it where Airflow's metadata database is reachable, after changing the table list.
 
 ``airflow-iceberg dags DIR`` puts the provider's DAG files into the DAG folder DIR (again after an upgrade: they
@@ -76,14 +76,14 @@ def _dags(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def pool_sizes(tables: list) -> dict[str, int]:
-    """Pool name -> slots, for the Spark connections of ``tables`` (``TableConfig``) that set ``spark_pool_slots``."""
+    """Pool name -> slots, for the Spark connections of ``tables`` (``TableConfig``) that set ``spark_slots``."""
     from airflow_iceberg.config import spark_pool_name
 
     sizes: dict[str, int] = {}
     for table in tables:
-        if table.spark_pool_slots:
+        if table.spark_slots:
             name = spark_pool_name(table.spark_conn_id)
-            sizes[name] = max(sizes.get(name, 0), table.spark_pool_slots)
+            sizes[name] = max(sizes.get(name, 0), table.spark_slots)
     return sizes
 
 
@@ -102,7 +102,7 @@ def _pools(args: argparse.Namespace, out: TextIO) -> int:
         )
         print(f"pool {name}: {slots} slots", file=out)
     if not sizes:
-        print("no table sets spark_pool_slots: the rewrites use Airflow's default pool", file=out)
+        print("no table sets spark_slots: the rewrites use Airflow's default pool", file=out)
     return 0
 
 

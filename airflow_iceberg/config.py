@@ -35,7 +35,7 @@ from airflow_iceberg.health import PROCEDURES, HealthThresholds
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
 SPARK_DEFAULT_CONN_ID = "spark_default"
 #: Settings renamed since an earlier release: old name -> new name.
-RENAMED_SETTINGS = {"poke_seconds": "poke_interval"}
+RENAMED_SETTINGS = {"poke_seconds": "poke_interval", "spark_pool_slots": "spark_slots", "table_care": "maintenance"}
 #: What every run of a table puts under its own ``rewrite_data_files`` options (its own win): rewrite each data
 #: file that carries a delete file, applying its deletes (``delete-file-threshold``), then remove the delete files
 #: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
@@ -44,7 +44,7 @@ DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-da
 
 
 def spark_pool_name(spark_conn_id: str) -> str:
-    """The Airflow pool of the rewrites on one Spark connection (with ``spark_pool_slots``)."""
+    """The Airflow pool of the rewrites on one Spark connection (with ``spark_slots``)."""
     return f"iceberg_spark__{spark_conn_id}"
 
 
@@ -262,7 +262,7 @@ class TableConfig(BaseModel):
     iceberg_conn_id: str | None = Field(default=None, description="Defaults to the catalog's name")
     write_gate_conn_id: str = WRITE_GATE_DEFAULT_CONN_ID
     spark: SparkSettings = Field(default_factory=SparkSettings)
-    spark_pool_slots: int | None = Field(
+    spark_slots: int | None = Field(
         default=None,
         gt=0,
         description="Tables paused and rewritten at once on this table's Spark connection, across the fleet: "

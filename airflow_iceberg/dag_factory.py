@@ -84,7 +84,7 @@ def _add(dag: DAG, tasks: Iterable[BaseOperator]) -> None:
 
 def _spark_args(config: TableConfig) -> dict[str, Any]:
     spark = config.spark
-    pool = {"pool": spark_pool_name(config.spark_conn_id)} if config.spark_pool_slots else {}
+    pool = {"pool": spark_pool_name(config.spark_conn_id)} if config.spark_slots else {}
     return {
         **pool,
         "conn_id": config.spark_conn_id,
@@ -155,7 +155,7 @@ def _gated_rewrites(
         poke_interval=config.poke_interval,
         write_gate_conn_id=gate_conn,
         spark_conn_id=config.spark_conn_id,
-        spark_slots=config.spark_pool_slots,
+        spark_slots=config.spark_slots,
         plan_task_id=plan.task_id,
         doc_md=docs.close_gate(config),
         **RETRIES["gate"],

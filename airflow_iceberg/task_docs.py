@@ -75,10 +75,10 @@ def record_run(config: TableConfig) -> str:
 
 def close_gate(config: TableConfig) -> str:
     slots = (
-        f" It closes only when this run gets one of the {config.spark_pool_slots} Spark slots of "
+        f" It closes only when this run gets one of the {config.spark_slots} Spark slots of "
         f"`{config.spark_conn_id}`; runs of the tables in the worst health get the free slots first, and the "
         "gate stays open while the run waits."
-        if config.spark_pool_slots
+        if config.spark_slots
         else ""
     )
     return (

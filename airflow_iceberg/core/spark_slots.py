@@ -15,7 +15,7 @@ from airflow_iceberg.core.gate_state import GateChange, GateOwner, database_time
 
 
 @dataclass(frozen=True)
-class SlotRequest:
+class SparkSlotRequest:
     """A run's request for one of ``slots`` Spark slots of ``spark_conn_id``, with its table's health ``score``.
 
     :param patience: Seconds the request keeps its place without being asked again; a run that stops asking
@@ -29,7 +29,7 @@ class SlotRequest:
 
 
 @dataclass(frozen=True)
-class SlotQueueEntry:
+class SparkSlotClaim:
     """A table in a Spark connection's queue: a run waiting for a slot, or holding one while it holds its gate."""
 
     table: str
@@ -40,7 +40,7 @@ class SlotQueueEntry:
     holding: bool  # admitted, and its run still holds the table's gate
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> SlotQueueEntry:
+    def from_row(cls, row: Mapping[str, Any]) -> SparkSlotClaim:
         return cls(
             table=row["table_name"],
             owner=GateOwner(row["owner_dag_id"], row["owner_run_id"]),
@@ -51,22 +51,22 @@ class SlotQueueEntry:
         )
 
 
-def slot_order(entry: SlotQueueEntry) -> tuple[int, datetime, str]:
+def claim_order(entry: SparkSlotClaim) -> tuple[int, datetime, str]:
     """Worst health first (highest score), then the longest waiting, then by name."""
     return (-entry.score, entry.queued_at, entry.table)
 
 
-def decide_admission(queue: list[SlotQueueEntry], table: str, owner: GateOwner, slots: int) -> GateChange:
+def decide_admission(queue: list[SparkSlotClaim], table: str, owner: GateOwner, slots: int) -> GateChange:
     """Whether ``owner``'s run of ``table`` may close its gate now, taking one of ``slots`` Spark slots.
 
     It may if it holds a slot already (a retry), or if, of the slots the owners leave free, one is its turn:
-    the waiters in :func:`slot_order` take the free slots first to last.
+    the waiters in :func:`claim_order` take the free slots first to last.
     """
     owners = [e for e in queue if e.holding]
     if any(e.table == table and e.owner == owner for e in owners):
         return GateChange(True, "close", "holds a Spark slot already")
     free = slots - len(owners)
-    waiters = sorted((e for e in queue if e.waiting), key=slot_order)
+    waiters = sorted((e for e in queue if e.waiting), key=claim_order)
     place = next((i for i, e in enumerate(waiters) if e.table == table and e.owner == owner), None)
     if place is None:
         raise ValueError(f"{owner} is not in the queue of its Spark connection for {table}")

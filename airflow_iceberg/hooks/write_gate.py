@@ -40,7 +40,7 @@ from airflow_iceberg.core.gate_state import (
     decide_open,
 )
 from airflow_iceberg.core.lease import GateLease
-from airflow_iceberg.core.spark_slots import SlotQueueEntry, SlotRequest, decide_admission, slot_order
+from airflow_iceberg.core.spark_slots import SparkSlotClaim, SparkSlotRequest, claim_order, decide_admission
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import (
     SparkSlotsBusyError,
@@ -85,7 +85,7 @@ _AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_
 _AUDIT_SELECT = f"""SELECT id, table_name, action, owner_dag_id, owner_run_id, at, lease_expires_at, detail
     FROM {AUDIT_TABLE} WHERE table_name = %s ORDER BY id"""
 
-# Spark slots (tables with spark_pool_slots): at most N tables of one Spark connection have their gate closed at
+# Spark slots (tables with spark_slots): at most N tables of one Spark connection have their gate closed at
 # once. A run asks from close_gate, before it pauses anyone; the Spark connection's row lock orders the askers.
 SLOT_CONN_TABLE = "iceberg_spark_conn"
 SLOT_QUEUE_TABLE = "iceberg_spark_queue"
@@ -278,7 +278,7 @@ class WriteGateHook(RunRecords, BaseHook):
         owner: GateOwner,
         lease_seconds: int,
         max_pause_seconds: int | None = None,
-        slot: SlotRequest | None = None,
+        slot: SparkSlotRequest | None = None,
     ) -> GateState:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``.
 
@@ -299,7 +299,7 @@ class WriteGateHook(RunRecords, BaseHook):
         if ceiling is not None and check_lease_seconds(ceiling, "max_pause_seconds") < lease_seconds:
             raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
         if slot is not None:
-            check_lease_seconds(slot.slots, "spark_pool_slots")
+            check_lease_seconds(slot.slots, "spark_slots")
             check_lease_seconds(slot.patience, "the slot request's patience")
         waiting = None
         with self._transaction() as cursor:
@@ -355,7 +355,9 @@ class WriteGateHook(RunRecords, BaseHook):
         return state
 
     @staticmethod
-    def _ask_for_slot(cursor: pymysql.cursors.DictCursor, name: str, owner: GateOwner, slot: SlotRequest) -> GateChange:
+    def _ask_for_slot(
+        cursor: pymysql.cursors.DictCursor, name: str, owner: GateOwner, slot: SparkSlotRequest
+    ) -> GateChange:
         """Within close_gate's transaction, under the connection's lock: queue ``owner`` (or keep its place), drop
         the entries of runs that stopped asking or let go of their gate, and take a slot if it is its turn.
 
@@ -365,7 +367,7 @@ class WriteGateHook(RunRecords, BaseHook):
         a quarter lease early).
         """
         cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
-        queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+        queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
         mine = next((e for e in queue if e.table == name), None)
         if mine is not None and mine.owner != owner and mine.waiting:
             return GateChange(False, "slot_wait", f"another run of the same table, {mine.owner}, asked first")
@@ -382,19 +384,19 @@ class WriteGateHook(RunRecords, BaseHook):
         }
         cursor.execute(_SLOT_ASK, params)
         cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
-        queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+        queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
         admission = decide_admission(queue, name, owner, slot.slots)
         if admission.allowed:
             cursor.execute(_SLOT_ADMIT, (name,))
         return admission
 
-    def spark_queue(self, spark_conn_id: str) -> list[SlotQueueEntry]:
+    def spark_slot_queue(self, spark_conn_id: str) -> list[SparkSlotClaim]:
         """The runs holding a Spark slot of ``spark_conn_id`` and those waiting for one, in the order they go."""
         with self._transaction() as cursor:
             cursor.execute(_SLOT_QUEUE, (spark_conn_id,))
-            queue = [SlotQueueEntry.from_row(row) for row in cursor.fetchall()]
+            queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
         live = [e for e in queue if e.holding or e.waiting]
-        return sorted(live, key=lambda e: (not e.holding, slot_order(e)))
+        return sorted(live, key=lambda e: (not e.holding, claim_order(e)))
 
     def open_gate(self, table: TableName | str, owner: GateOwner) -> tuple[bool, GateState]:
         """Open the gate of ``table`` if ``owner`` holds it; return whether it did and the state after.

@@ -82,7 +82,7 @@ CREATE TABLE IF NOT EXISTS iceberg_compaction_run (
     KEY iceberg_compaction_run_table_started (table_name, started_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- version 5: at most N tables of one Spark connection paused at once, the worst first (spark_pool_slots)
+-- version 5: at most N tables of one Spark connection paused at once, the worst first (spark_slots)
 CREATE TABLE IF NOT EXISTS iceberg_spark_conn (
     spark_conn_id VARCHAR(250) NOT NULL PRIMARY KEY COMMENT 'its row lock serializes who gets a slot'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

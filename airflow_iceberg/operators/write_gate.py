@@ -10,7 +10,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
 from airflow_iceberg.core.gate_state import GateOwner, check_lease_seconds
-from airflow_iceberg.core.spark_slots import SlotRequest
+from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
 from airflow_iceberg.hooks.write_gate import WriteGateHook
@@ -87,14 +87,14 @@ class CloseWriteGateOperator(BaseOperator):
         self.spark_slots = spark_slots
         self.plan_task_id = plan_task_id
 
-    def _slot_request(self, context: Context) -> SlotRequest | None:
+    def _slot_request(self, context: Context) -> SparkSlotRequest | None:
         if self.spark_slots is None:
             return None
         plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan") if self.plan_task_id else None
         score = int((plan or {}).get("score") or 0)
         # Asked again every poke_interval: a run that stops asking (killed) frees its place after three misses.
         patience = max(60, math.ceil(3 * self.poke_interval))
-        return SlotRequest(self.spark_conn_id, self.spark_slots, score, patience)  # type: ignore[arg-type]
+        return SparkSlotRequest(self.spark_conn_id, self.spark_slots, score, patience)  # type: ignore[arg-type]
 
     def execute(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)

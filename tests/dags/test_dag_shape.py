@@ -79,7 +79,7 @@ def test_a_predicate_per_procedure_reaches_each_rewrite_and_the_check():
 
 
 def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_pool():
-    dag = make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3)
+    dag = make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_slots=3)
     spark_tasks = ["rewrite_files", "rewrite_manifests", "expire_snapshots"]
     assert {dag.get_task(t).pool for t in spark_tasks} == {"iceberg_spark__spark_yarn"}
     assert make_dag().get_task("rewrite_files").pool == "default_pool"
@@ -87,8 +87,8 @@ def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_poo
 
 def test_with_spark_pool_slots_close_gate_waits_for_a_slot_of_the_connection_by_the_plans_score():
     for dag in (
-        make_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
-        make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_pool_slots=3),
+        make_dag(spark_conn_id="spark_yarn", spark_slots=3),
+        make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_slots=3),
     ):
         close = dag.get_task("close_gate")
         assert (close.spark_conn_id, close.spark_slots, close.plan_task_id) == ("spark_yarn", 3, "plan_compaction")

@@ -70,9 +70,9 @@ def test_one_pool_per_spark_connection_sized_by_the_largest_setting_among_its_ta
     from airflow_iceberg.cli import pool_sizes
 
     tables = [
-        TableConfig(table="lake.db.a", spark_conn_id="spark_yarn", spark_pool_slots=2),
-        TableConfig(table="lake.db.b", spark_conn_id="spark_yarn", spark_pool_slots=5),
-        TableConfig(table="lake.db.c", spark_conn_id="spark_k8s", spark_pool_slots=1),
+        TableConfig(table="lake.db.a", spark_conn_id="spark_yarn", spark_slots=2),
+        TableConfig(table="lake.db.b", spark_conn_id="spark_yarn", spark_slots=5),
+        TableConfig(table="lake.db.c", spark_conn_id="spark_k8s", spark_slots=1),
         TableConfig(table="lake.db.d", spark_conn_id="spark_other"),  # no pool: Airflow's default pool
     ]
     assert pool_sizes(tables) == {"iceberg_spark__spark_yarn": 5, "iceberg_spark__spark_k8s": 1}

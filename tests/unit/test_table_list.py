@@ -145,6 +145,15 @@ def test_without_airflow_iceberg_config_the_table_list_is_in_airflows_dag_folder
     assert config_path() == tmp_path / "dags" / "iceberg_tables.yaml"
 
 
-def test_a_renamed_setting_is_named_with_its_new_name(tmp_path):
-    tables = load_table_list(write(tmp_path, "tables: [{table: lake.db.a, poke_seconds: 5}]"))
-    assert "setting 'poke_seconds' is now called 'poke_interval'" in tables.errors[0]
+@pytest.mark.parametrize(
+    ("entry", "old", "new"),
+    [
+        ("poke_seconds: 5", "poke_seconds", "poke_interval"),
+        ("spark_pool_slots: 2", "spark_pool_slots", "spark_slots"),
+        ("table_care: {retain_last: 3}", "table_care", "maintenance"),
+    ],
+)
+def test_a_renamed_setting_is_named_with_its_new_name(tmp_path, entry, old, new):
+    tables = load_table_list(write(tmp_path, f"tables: [{{table: lake.db.a, {entry}}}, {{table: lake.db.b}}]"))
+    assert [str(t.table) for t in tables.tables] == ["lake.db.b"]  # the other table is unaffected
+    assert f"setting {old!r} is now called {new!r}" in tables.errors[0]

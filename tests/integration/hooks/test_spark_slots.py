@@ -12,7 +12,7 @@ import time
 import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.spark_slots import SlotRequest
+from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.exceptions import SparkSlotsBusyError
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
 from tests.integration.hooks.test_write_gate import writer_paused
@@ -39,7 +39,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
     (t1, t2, t3), conn = fleet
 
     def ask(table: str, score: int):
-        return gate_hook.close_gate(table, owner(table), 600, 600, SlotRequest(conn, 1, score, patience=60))
+        return gate_hook.close_gate(table, owner(table), 600, 600, SparkSlotRequest(conn, 1, score, patience=60))
 
     assert ask(t1, 1).pauses_writers
     for table, score in ((t2, 5), (t3, 50)):
@@ -47,7 +47,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
             ask(table, score)
         # Waiting for a slot pauses no writer and is no gate change: the audit trail stays empty.
         assert not writer_paused(gate_hook, table) and gate_hook.audit_trail(table) == []
-    queue = gate_hook.spark_queue(conn)
+    queue = gate_hook.spark_slot_queue(conn)
     assert [(e.table, e.holding, e.waiting) for e in queue] == [(t1, True, False), (t3, False, True), (t2, False, True)]
 
     gate_hook.open_gate(t1, owner(t1))  # frees the slot; t2 asked before t3 did, but t3 is in worse health
@@ -57,35 +57,35 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
     assert not writer_paused(gate_hook, t2)
     gate_hook.open_gate(t3, owner(t3))
     assert ask(t2, 5).pauses_writers
-    assert [(e.table, e.holding) for e in gate_hook.spark_queue(conn)] == [(t2, True)]
+    assert [(e.table, e.holding) for e in gate_hook.spark_slot_queue(conn)] == [(t2, True)]
 
 
 def test_a_dead_owners_slot_frees_when_its_lease_ends_and_a_waiter_that_stops_asking_loses_its_place(gate_hook, fleet):
     (t1, t2, t3), conn = fleet
-    gate_hook.close_gate(t1, owner(t1), 2, 2, SlotRequest(conn, 1, 0, patience=60))  # then its run dies
+    gate_hook.close_gate(t1, owner(t1), 2, 2, SparkSlotRequest(conn, 1, 0, patience=60))  # then its run dies
     with pytest.raises(SparkSlotsBusyError):  # the worst table asks once, then its run dies too
-        gate_hook.close_gate(t2, owner(t2), 600, 600, SlotRequest(conn, 1, 99, patience=1))
+        gate_hook.close_gate(t2, owner(t2), 600, 600, SparkSlotRequest(conn, 1, 99, patience=1))
     with pytest.raises(SparkSlotsBusyError, match=f"ahead: {t2}"):
-        gate_hook.close_gate(t3, owner(t3), 600, 600, SlotRequest(conn, 1, 1, patience=60))
+        gate_hook.close_gate(t3, owner(t3), 600, 600, SparkSlotRequest(conn, 1, 1, patience=60))
 
-    wait_until(lambda: [e.table for e in gate_hook.spark_queue(conn)] == [t3], what="only t3 left in the queue")
-    assert gate_hook.close_gate(t3, owner(t3), 600, 600, SlotRequest(conn, 1, 1, patience=60)).pauses_writers
+    wait_until(lambda: [e.table for e in gate_hook.spark_slot_queue(conn)] == [t3], what="only t3 left in the queue")
+    assert gate_hook.close_gate(t3, owner(t3), 600, 600, SparkSlotRequest(conn, 1, 1, patience=60)).pauses_writers
     assert not writer_paused(gate_hook, t1) and not writer_paused(gate_hook, t2)
 
 
 def test_two_slots_let_two_tables_pause_at_once_and_no_third(gate_hook, fleet):
     (t1, t2, t3), conn = fleet
     for table in (t1, t2):
-        assert gate_hook.close_gate(table, owner(table), 600, 600, SlotRequest(conn, 2, 0, 60)).pauses_writers
+        assert gate_hook.close_gate(table, owner(table), 600, 600, SparkSlotRequest(conn, 2, 0, 60)).pauses_writers
     with pytest.raises(SparkSlotsBusyError, match="2 of 2 Spark slots taken"):
-        gate_hook.close_gate(t3, owner(t3), 600, 600, SlotRequest(conn, 2, 1000, 60))
+        gate_hook.close_gate(t3, owner(t3), 600, 600, SparkSlotRequest(conn, 2, 1000, 60))
     # A retry of a run that holds its slot closes again (renews) without waiting.
-    assert gate_hook.close_gate(t1, owner(t1), 600, 600, SlotRequest(conn, 2, 0, 60)).pauses_writers
+    assert gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 2, 0, 60)).pauses_writers
 
 
 def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_when_one_frees(gate_hook, fleet):
     (t1, t2, _), conn = fleet
-    gate_hook.close_gate(t1, owner(t1), 600, 600, SlotRequest(conn, 1, 0, 60))
+    gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 1, 0, 60))
     task = CloseWriteGateOperator(
         task_id="close_gate",
         table=t2,
@@ -106,8 +106,8 @@ def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_whe
     result: dict = {}
     closing = threading.Thread(target=lambda: result.update(task.execute(context)))
     closing.start()
-    wait_until(lambda: [e.table for e in gate_hook.spark_queue(conn)] == [t1, t2], what="t2 waiting for a slot")
-    assert [(e.table, e.score) for e in gate_hook.spark_queue(conn)][1] == (t2, 7)  # its plan's health score
+    wait_until(lambda: [e.table for e in gate_hook.spark_slot_queue(conn)] == [t1, t2], what="t2 waiting for a slot")
+    assert [(e.table, e.score) for e in gate_hook.spark_slot_queue(conn)][1] == (t2, 7)  # its plan's health score
     assert closing.is_alive() and not writer_paused(gate_hook, t2)
 
     _, opened = gate_hook.open_gate(t1, owner(t1))
@@ -120,7 +120,7 @@ def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_whe
 
 def test_close_task_gives_up_after_its_wait_naming_the_slots_and_changes_nothing(gate_hook, fleet):
     (t1, t2, _), conn = fleet
-    gate_hook.close_gate(t1, owner(t1), 600, 600, SlotRequest(conn, 1, 0, 60))
+    gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 1, 0, 60))
     task = CloseWriteGateOperator(
         task_id="close_gate",
         table=t2,

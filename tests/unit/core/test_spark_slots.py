@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from airflow_iceberg.core.gate_state import (
     GateOwner,
 )
-from airflow_iceberg.core.spark_slots import SlotQueueEntry, decide_admission
+from airflow_iceberg.core.spark_slots import SparkSlotClaim, decide_admission
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 
@@ -16,10 +16,10 @@ RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+0
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def entry(table: str, score: int, *, waited: float = 0, holding: bool = False, waiting: bool = True) -> SlotQueueEntry:
+def entry(table: str, score: int, *, waited: float = 0, holding: bool = False, waiting: bool = True) -> SparkSlotClaim:
     """A run of ``table`` in a Spark connection's queue, asking since ``waited`` seconds before NOW."""
     owner = GateOwner(f"iceberg_compact__lake__db__{table}", "manual__1")
-    return SlotQueueEntry(
+    return SparkSlotClaim(
         f"lake.db.{table}",
         owner,
         score,
@@ -29,7 +29,7 @@ def entry(table: str, score: int, *, waited: float = 0, holding: bool = False, w
     )
 
 
-def admission(queue: list[SlotQueueEntry], table: str, slots: int):
+def admission(queue: list[SparkSlotClaim], table: str, slots: int):
     me = next(e for e in queue if e.table == f"lake.db.{table}")
     return decide_admission(queue, me.table, me.owner, slots)
 
