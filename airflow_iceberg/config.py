@@ -27,9 +27,9 @@ from pydantic import (
 
 from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
-from airflow_iceberg.core.procedures import normalize_options
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
-from airflow_iceberg.health import PROCEDURES, HealthThresholds
+from airflow_iceberg.health import HealthThresholds
 
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
@@ -285,9 +285,11 @@ class TableConfig(BaseModel):
     @classmethod
     def _valid_where(cls, value: str | dict[str, str | None] | None) -> str | dict[str, str | None] | None:
         if isinstance(value, dict):
-            unknown = sorted(set(value) - set(PROCEDURES))
+            unknown = sorted(set(value) - set(REWRITE_PROCEDURES))
             if unknown:
-                raise ValueError(f"where names {unknown}: give a predicate per procedure, of {list(PROCEDURES)}")
+                raise ValueError(
+                    f"where names {unknown}: give a predicate per procedure, of {list(REWRITE_PROCEDURES)}"
+                )
         for name, text in value.items() if isinstance(value, dict) else [("where", value)]:
             what = "where" if name == "where" else f"where.{name}"
             if text is not None and not text.strip():

@@ -23,10 +23,11 @@ from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, CronTriggerTimet
 
 from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, spark_pool_name
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.health import PROCEDURES as REWRITE_PROCEDURES
 from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
+from airflow_iceberg.operators.procedure import IcebergProcedureOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
@@ -300,7 +301,7 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
     return dag
 
 
-def _maintenance_tasks(config: TableConfig) -> list[IcebergRewriteOperator]:
+def _maintenance_tasks(config: TableConfig) -> list[IcebergProcedureOperator]:
     maintenance = config.maintenance
     common = {
         "table": config.table,
@@ -308,10 +309,10 @@ def _maintenance_tasks(config: TableConfig) -> list[IcebergRewriteOperator]:
         **RETRIES["maintenance"],
         **_spark_args(config),
     }
-    tasks: list[IcebergRewriteOperator] = []
+    tasks: list[IcebergProcedureOperator] = []
     if maintenance.rewrite_manifests:
         tasks.append(
-            IcebergRewriteOperator(
+            IcebergProcedureOperator(
                 task_id="rewrite_manifests", procedures=["rewrite_manifests"], doc_md=docs.REWRITE_MANIFESTS, **common
             )
         )

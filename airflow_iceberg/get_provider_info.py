@@ -45,6 +45,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": "Iceberg write gate",
                 "python-modules": [
                     "airflow_iceberg.operators.write_gate",
+                    "airflow_iceberg.operators.procedure",
                     "airflow_iceberg.operators.rewrite",
                     "airflow_iceberg.operators.maintenance",
                     "airflow_iceberg.operators.run_params",

@@ -26,8 +26,6 @@ from airflow_iceberg.core.procedures import sql_string_literal
 
 #: Iceberg's default ``write.target-file-size-bytes``.
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
-#: The procedures a plan covers, in the order a run takes them.
-PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
 
 
 @dataclass(frozen=True)

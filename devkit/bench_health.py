@@ -40,10 +40,10 @@ import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.config import TableConfig
-from airflow_iceberg.core.procedures import build_call
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, build_call
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import REWRITE_TASK_ID
-from airflow_iceberg.health import PROCEDURES, HealthThresholds, make_plan, read_health
+from airflow_iceberg.health import HealthThresholds, make_plan, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.table_list import load_table_list
 from devkit.dag_runs import load_compaction_dag
@@ -156,7 +156,7 @@ def measure_health_read(table: TableName, expected_files: int, expected_partitio
             f"not {expected_files} in {expected_partitions}"
         )
     best_s = best_of(lambda: read()[0])
-    where = dict.fromkeys(PROCEDURES)
+    where = dict.fromkeys(REWRITE_PROCEDURES)
 
     def plan() -> float:
         started = time.monotonic()

@@ -62,8 +62,9 @@ PROCEDURE_OPTIONS: dict[str, dict[str, object]] = {
 }
 
 
-#: Procedures that take a ``where`` predicate.
-WHERE_PROCEDURES = frozenset({"rewrite_data_files", "rewrite_position_delete_files"})
+#: The rewrites of a gated run, in the order it takes them; they alone take a ``where`` predicate.
+REWRITE_PROCEDURES = ("rewrite_data_files", "rewrite_position_delete_files")
+WHERE_PROCEDURES = frozenset(REWRITE_PROCEDURES)
 
 
 _TIMESTAMP = "UTC timestamp 'YYYY-MM-DD HH:MM:SS[.ffffff]'"

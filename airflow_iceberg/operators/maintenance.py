@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_iceberg.core.maintenance import ORPHAN_MARGIN, minimum_orphan_age
-from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
+from airflow_iceberg.operators.procedure import IcebergProcedureOperator
 
 
 def _run_time(context: Context) -> datetime:
@@ -27,7 +27,7 @@ def _timestamp(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-class ExpireSnapshotsOperator(IcebergRewriteOperator):
+class ExpireSnapshotsOperator(IcebergProcedureOperator):
     """``expire_snapshots`` that never expires the newest snapshot carrying a streaming writer's checkpoint.
 
     Snapshots older than ``older_than_hours`` before the table's current snapshot are expired (keeping at
@@ -91,7 +91,7 @@ class ExpireSnapshotsOperator(IcebergRewriteOperator):
         return newest.snapshot_id, _snapshot_time(newest.timestamp_ms)
 
 
-class RemoveOrphanFilesOperator(IcebergRewriteOperator):
+class RemoveOrphanFilesOperator(IcebergProcedureOperator):
     """``remove_orphan_files`` for files older than ``older_than_hours``, never within a gate's longest pause.
 
     A closed gate keeps a writer's freshly written files uncommitted for up to its longest pause, and to this

@@ -20,10 +20,9 @@ import pendulum
 from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_iceberg.core.procedures import normalize_arguments, normalize_options
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_arguments, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.exceptions import RunParamsError
-from airflow_iceberg.health import PROCEDURES
 
 # Param name -> the rewrite option it sets, in both rewrite procedures.
 _OPTION_PARAMS = {
@@ -149,7 +148,7 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
 
         parse_predicate(where, what="param 'where'")  # one filter, not empty: checked before anything else
     where_by_procedure = {}
-    for procedure in PROCEDURES:
+    for procedure in REWRITE_PROCEDURES:
         own = params.get(f"{procedure}_where")
         if own is not None:
             from airflow_iceberg.predicates import parse_predicate
@@ -295,7 +294,7 @@ class CheckRunParamsOperator(BaseOperator):
         # By procedure: what names the predicate, the predicate, and whether it was rendered from the table's
         # template (a run's own is taken as written).
         chosen: dict[str, tuple[str, str | None, bool]] = {}
-        for procedure in PROCEDURES:
+        for procedure in REWRITE_PROCEDURES:
             own = overrides.where_for(procedure)
             if own is not None:
                 name = f"{procedure}_where" if procedure in overrides.where_by_procedure else "where"

@@ -23,10 +23,11 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.health import PROCEDURES, plan_table
-from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB
+from airflow_iceberg.health import plan_table
+from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
@@ -153,7 +154,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
     settings = {"idle_seconds": 600, "health": {"watch": False, **thresholds}}
     config = table_config(cdc_table, **settings)
-    where = {procedure: None for procedure in PROCEDURES}
+    where = {procedure: None for procedure in REWRITE_PROCEDURES}
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
     job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB)

@@ -6,20 +6,20 @@ Where the rewrite runs is set by the Spark connection and the table's spark sett
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from airflow_iceberg.config import TableConfig
-from airflow_iceberg.core.bundle import core_zip
 from airflow_iceberg.core.lease import Lease, LeaseLostError
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, format_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.dag_factory import build_compaction_dag
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
-from airflow_iceberg.operators.rewrite import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR, IcebergRewriteOperator
+from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR
+from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
+from tests.unit.operators.fake_spark_submit import PushedXCom, fake_spark_submit, flag
 
 
 def test_rewrite_operator_submits_the_installed_procedure_job():
@@ -59,22 +59,6 @@ def test_rewrite_operator_refuses_bad_input_at_construction(kwargs, message):
         IcebergRewriteOperator(task_id="t", **arguments)
 
 
-def test_the_operators_hook_is_the_result_reading_hook_with_every_argument_the_operator_set():
-    op = IcebergRewriteOperator(
-        task_id="t",
-        table="lake.demo.events",
-        procedures=["rewrite_data_files"],
-        conf={"spark.sql.shuffle.partitions": "4"},
-        driver_memory="3G",
-        name="compaction-of-events",
-    )
-    hook = op._get_hook()
-    assert isinstance(hook, IcebergSparkSubmitHook) and hook.result is None
-    command = hook._build_spark_submit_command(str(op.application))
-    assert "spark.sql.shuffle.partitions=4" in command
-    assert flag(command, "--driver-memory") == "3G" and flag(command, "--name") == "compaction-of-events"
-
-
 def spark_submit_command(monkeypatch, connection: dict, spark: dict) -> list[str]:
     """The spark-submit command the rewrite task's own hook builds for this connection and these settings."""
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CLUSTER", json.dumps({"conn_type": "spark", **connection}))
@@ -83,10 +67,6 @@ def spark_submit_command(monkeypatch, connection: dict, spark: dict) -> list[str
     )
     task = build_compaction_dag(config).get_task("rewrite_files")
     return task._get_hook()._build_spark_submit_command(str(task.application))
-
-
-def flag(command: list[str], name: str) -> str:
-    return command[command.index(name) + 1]
 
 
 def test_the_source_designs_yarn_submission_maps_onto_connection_and_table_settings(monkeypatch):
@@ -207,24 +187,7 @@ def test_without_a_runs_where_the_tables_template_is_rendered():
 
 def rewrite_with_spark_submit(tmp_path: Path, monkeypatch, script: str) -> IcebergRewriteOperator:
     """An ungated rewrite whose spark-submit is a shell script (its output, then its exit status)."""
-    spark_submit = tmp_path / "spark-submit"
-    spark_submit.write_text(f"#!/bin/sh\n{script}")
-    spark_submit.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_LAKE",
-        json.dumps(
-            {
-                "conn_type": "iceberg",
-                "extra": {
-                    "type": "sql",
-                    "uri": "mysql+pymysql://u@127.0.0.1:1/unused",
-                    "warehouse": "file:///tmp/unused",
-                },
-            }
-        ),
-    )
+    fake_spark_submit(tmp_path, monkeypatch, script)
     op = gated_rewrite(None)
     op.apply_run_params = False
     return op
@@ -374,16 +337,6 @@ def test_a_python_job_in_cluster_mode_on_a_standalone_master_is_refused_before_a
         submitted(monkeypatch, tmp_path, standalone_cluster, SECRET_CATALOGS["jdbc-password"][0])
 
 
-class PushedXCom:
-    """A task instance's ``xcom_push``, kept."""
-
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
 @pytest.mark.parametrize(
     ("counts", "sentence"),
     [
@@ -478,12 +431,3 @@ def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_f
     assert options(full, "rewrite_data_files")["remove-dangling-deletes"] is True
     assert options(full, "rewrite_data_files")["rewrite-all"] is True
     assert "remove-dangling-deletes" not in options(full, "rewrite_position_delete_files")  # not an option of it
-
-
-def test_the_job_gets_the_core_zip_beside_the_users_own_py_files_once():
-    op = IcebergRewriteOperator(
-        task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"], py_files="/jobs/extra.py"
-    )
-    op._get_hook()
-    op._get_hook()  # a second hook (on_kill) adds nothing
-    assert op.py_files == f"{core_zip()},/jobs/extra.py"

@@ -9,9 +9,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, TimestamptzType
 
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.dag_factory import build_compaction_dag, build_full_rewrite_dag
 from airflow_iceberg.exceptions import RunParamsError
-from airflow_iceberg.health import PROCEDURES
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, overrides_from_params, run_params
 
 DEFAULTS = {name: param.value for name, param in run_params().items()}
@@ -93,7 +93,10 @@ class FakeIcebergTable:
 
 def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> CheckRunParamsOperator:
     op = CheckRunParamsOperator(
-        task_id="check_run_params", table="lake.db.t", iceberg_conn_id="lake", where=dict.fromkeys(PROCEDURES, where)
+        task_id="check_run_params",
+        table="lake.db.t",
+        iceberg_conn_id="lake",
+        where=dict.fromkeys(REWRITE_PROCEDURES, where),
     )
     monkeypatch.setattr(op, "_load_table", FakeIcebergTable)
     return op
@@ -114,7 +117,7 @@ def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sen
 def test_a_run_with_its_own_where_never_renders_the_tables_predicate(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     assert op._check(params={"where": "ts >= '2026-01-01'", "dry_run": False}) == dict.fromkeys(
-        PROCEDURES, "ts >= '2026-01-01'"
+        REWRITE_PROCEDURES, "ts >= '2026-01-01'"
     )
 
 
@@ -127,7 +130,7 @@ def test_a_predicate_per_procedure_overrides_where_for_that_procedure_only(monke
 def test_with_a_logical_date_the_tables_predicate_renders(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     rendered = op._check(params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20))
-    assert rendered == dict.fromkeys(PROCEDURES, "ts >= '2026-11-20'")
+    assert rendered == dict.fromkeys(REWRITE_PROCEDURES, "ts >= '2026-11-20'")
 
 
 def test_a_predicate_that_is_not_a_template_is_named(monkeypatch):
@@ -162,7 +165,7 @@ def test_a_predicate_spark_would_refuse_fails_the_check_before_the_gate(monkeypa
     op = check_operator(table_where, monkeypatch)
     context = {"params": params, "ds": "2026-11-20", "logical_date": pendulum.datetime(2026, 11, 20)}
     if message is None:
-        assert op._check(**context) == dict.fromkeys(PROCEDURES, params["where"])
+        assert op._check(**context) == dict.fromkeys(REWRITE_PROCEDURES, params["where"])
         return
     with pytest.raises(RunParamsError, match=message):
         op._check(**context)
