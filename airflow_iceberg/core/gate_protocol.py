@@ -129,11 +129,3 @@ def raise_if_denied(error: Exception, table: str) -> None:
             f"the write gate of {table} refused this writer's MySQL user ({error.args[-1]}): a writer needs SELECT on "
             f"{GATE_TABLE} and SELECT, INSERT, UPDATE on {WRITER_TABLE} (docs/write-gate-protocol.md)"
         ) from error
-
-
-def the_row(cursor: Any) -> dict[str, Any]:
-    """The one row the statement just run always returns (a row this transaction created or locked)."""
-    row = cursor.fetchone()
-    if row is None:
-        raise LookupError("the statement returned no row where one must be")
-    return row

@@ -12,9 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 
-from airflow_iceberg.core.gate_protocol import the_row
 from airflow_iceberg.core.gate_state import database_time
 from airflow_iceberg.core.tables import TableName
+
+
+def the_row(cursor: Any) -> dict[str, Any]:
+    """The one row the statement just run always returns (a row this transaction created or locked)."""
+    row = cursor.fetchone()
+    if row is None:
+        raise LookupError("the statement returned no row where one must be")
+    return row
+
 
 RUN_TABLE = "iceberg_compaction_run"
 

@@ -27,7 +27,6 @@ from airflow_iceberg.core.gate_protocol import (
     WRITE_GATE_DEFAULT_CONN_ID,
     WRITER_TABLE,
     owner_connection,
-    the_row,
 )
 from airflow_iceberg.core.gate_state import (
     GateChange,
@@ -49,7 +48,7 @@ from airflow_iceberg.exceptions import (
     WriteGateUnreachableError,
 )
 from airflow_iceberg.hooks import write_gate_schema
-from airflow_iceberg.hooks.run_records import RunRecords
+from airflow_iceberg.hooks.run_records import RunRecords, the_row
 
 _ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
 
