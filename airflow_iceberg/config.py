@@ -29,7 +29,7 @@ from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
-from airflow_iceberg.health import HealthThresholds
+from airflow_iceberg.planning.health import HealthThresholds
 
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
@@ -301,7 +301,7 @@ class TableConfig(BaseModel):
                 # Without a template it is final now: refuse it here, not in every run's check_run_params. (sqlglot
                 # is imported only for such a table; a templated predicate is checked once rendered, in each run.)
                 from airflow_iceberg.exceptions import PredicateError
-                from airflow_iceberg.predicates import parse_predicate
+                from airflow_iceberg.planning.predicates import parse_predicate
 
                 try:
                     parse_predicate(text, what=what, rendered=True)

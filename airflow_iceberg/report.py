@@ -64,7 +64,7 @@ def summarize(tables: Iterable[Any], *, threads: int = 8) -> list[TableSummary]:
 
 
 def _summarize(config: Any) -> TableSummary:
-    from airflow_iceberg.health import read_health
+    from airflow_iceberg.planning.health import read_health
     from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table
 
     table: TableName = config.table

@@ -21,10 +21,11 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
-from airflow_iceberg.health import HealthThresholds, plan_table, read_health
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.planning.health import HealthThresholds, read_health
+from airflow_iceberg.planning.plan import plan_table
 
 #: Decisions that run no rewrite, and the outcome their record gets.
 _ENDS_HERE = {"skip": "skipped"}

@@ -144,14 +144,14 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
     arguments["rewrite_data_files"].update(chosen)
     where = params.get("where")
     if where is not None:
-        from airflow_iceberg.predicates import parse_predicate  # sqlglot: off the parse path
+        from airflow_iceberg.planning.predicates import parse_predicate  # sqlglot: off the parse path
 
         parse_predicate(where, what="param 'where'")  # one filter, not empty: checked before anything else
     where_by_procedure = {}
     for procedure in REWRITE_PROCEDURES:
         own = params.get(f"{procedure}_where")
         if own is not None:
-            from airflow_iceberg.predicates import parse_predicate
+            from airflow_iceberg.planning.predicates import parse_predicate
 
             parse_predicate(own, what=f"param '{procedure}_where'")
             where_by_procedure[procedure] = own
@@ -220,7 +220,7 @@ def render_predicate(operator: Any, template: str | None, context: Any, what: st
 def check_predicate(predicate: str, what: str) -> None:
     """Parse ``predicate`` as Spark would take it, or fail the task without retries, naming ``what`` and it."""
     from airflow_iceberg.exceptions import PredicateError  # sqlglot: off the parse path
-    from airflow_iceberg.predicates import parse_predicate  # sqlglot: off the parse path
+    from airflow_iceberg.planning.predicates import parse_predicate  # sqlglot: off the parse path
 
     try:
         parse_predicate(predicate, what=what, rendered=True)  # the final text: rendered, where it was a template
@@ -285,7 +285,7 @@ class CheckRunParamsOperator(BaseOperator):
 
     def _check(self, **context: Any) -> dict[str, str | None]:
         from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
-        from airflow_iceberg.predicates import check_columns, parse_predicate, to_pyiceberg
+        from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
         try:
             overrides = overrides_from_params(context["params"])

@@ -11,8 +11,8 @@ A sweep, for every watched table:
   rows; for any other catalog one ``load_table`` per table, the cheapest call such catalogs offer;
 - reads a table's metadata file (its JSON, without building pyiceberg's model) only when that location changed
   since the last sweep, and its manifests only when the snapshot summary's totals say it may need work
-  (:func:`airflow_iceberg.health.screen`); a table whose snapshot did not change keeps its last decision;
-- decides by :func:`airflow_iceberg.health.plan_table`, the rule ``plan_compaction`` applies when the run starts;
+  (:func:`airflow_iceberg.planning.screen.screen`); a table whose snapshot did not change keeps its last decision;
+- decides by :func:`airflow_iceberg.planning.plan.plan_table`, the rule ``plan_compaction`` applies when the run starts;
 - starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
   or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago: one event per need;
 - writes what it decided for each table to the gate database (``iceberg_health_check``), for the fleet page and
@@ -40,7 +40,9 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg import metrics
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.health import HealthThresholds, ManifestRead, SnapshotFacts, plan_table, screen
+from airflow_iceberg.planning.health import HealthThresholds
+from airflow_iceberg.planning.plan import plan_table
+from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
 
 #: The first element of every health watch's shared-stream key.
 HEALTH_STREAM = "airflow-iceberg-table-health"

@@ -14,8 +14,8 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.health import read_health
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
+from airflow_iceberg.planning.health import read_health
 from devkit.live_ingest import measure
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows

@@ -8,7 +8,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import DateType, LongType, NestedField, StringType, TimestampType, TimestamptzType
 
 from airflow_iceberg.exceptions import PredicateError
-from airflow_iceberg.predicates import check_columns, parse_predicate, to_pyiceberg
+from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType()),

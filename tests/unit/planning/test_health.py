@@ -1,0 +1,75 @@
+"""Table health from Iceberg metadata: dangling delete files, and the health read from a real table's manifests."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pyarrow as pa
+import pytest
+
+from airflow_iceberg.planning.health import read_health
+
+
+@pytest.mark.parametrize(
+    ("content", "sequence", "oldest_data", "applies"),
+    [
+        ("equality", 5, 4, True),  # an older data file is live: it may delete rows of it
+        ("equality", 5, 5, False),  # only data of its own sequence number or newer: a rewrite kept none older
+        ("position", 5, 5, True),  # position deletes apply to their own sequence number too
+        ("position", 5, 6, False),
+        ("equality", 5, None, False),  # the partition has no live data file
+    ],
+)
+def test_a_delete_file_dangles_once_no_live_data_file_is_older_than_it(content, sequence, oldest_data, applies):
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_iceberg.planning.health import _may_apply
+
+    kind = DataFileContent.EQUALITY_DELETES if content == "equality" else DataFileContent.POSITION_DELETES
+    assert _may_apply(SimpleNamespace(content=kind), sequence, oldest_data, set()) is applies
+
+
+def test_a_deletion_vector_dangles_once_the_data_file_it_names_is_gone():
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_iceberg.planning.health import _may_apply
+
+    vector = SimpleNamespace(content=DataFileContent.POSITION_DELETES, referenced_data_file="file:///d/a.parquet")
+    assert _may_apply(vector, 5, 1, {"file:///d/a.parquet"})
+    assert not _may_apply(vector, 5, 1, {"file:///d/b.parquet"})
+
+
+def test_health_read_from_a_real_tables_manifests(tmp_path):
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DateType, LongType, NestedField
+
+    catalog = SqlCatalog("lake", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "day", DateType()))
+    spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day"))
+    table = catalog.create_table("db.t", schema=schema, partition_spec=spec)
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=True), pa.field("day", pa.date32(), nullable=True)])
+    for batch in range(3):  # three commits: three files in each of two day partitions
+        ids = list(range(batch * 100, batch * 100 + 100))
+        days = [date(2024, 6, 20) if i % 2 else date(2024, 6, 21) for i in ids]
+        table.append(pa.table({"id": ids, "day": days}, schema=arrow))
+    table = catalog.load_table("db.t")
+
+    health = read_health(table, "lake.db.t", small_file_ratio=0.75, target=10 * 1024 * 1024)
+
+    assert health.snapshot_id == table.current_snapshot().snapshot_id
+    assert [p.label for p in health.partitions] == ["day=2024-06-20", "day=2024-06-21"]
+    for day in health.partitions:
+        assert (day.data_files, day.small_files, day.data_records, day.delete_files) == (3, 3, 150, 0)
+        assert day.snapshots_since_rewrite == 3
+    assert health.snapshots_since_rewrite == 3
+    assert health.partitions[0].conditions == ["`day` = DATE '2024-06-20'"]
+    large = read_health(table, "lake.db.t", small_file_ratio=0.75, target=1024)  # every file is over 768 bytes
+    assert {p.small_files for p in large.partitions} == {0}
