@@ -13,7 +13,7 @@ import warnings
 
 from airflow.sdk import get_parsing_context
 
-from airflow_iceberg.dag_factory import build_compaction_dags
+from airflow_iceberg.surface.dag_factory import build_compaction_dags
 
 _dags, _errors = build_compaction_dags(dag_id=get_parsing_context().dag_id)
 globals().update(_dags)

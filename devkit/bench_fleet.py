@@ -38,8 +38,8 @@ import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.table_list import load_table_list
 from devkit.live_airflow import LiveAirflow
 from devkit.tables import TableStats

@@ -40,7 +40,7 @@ from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsi
 from airflow.serialization.serialized_objects import DagSerialization
 airflow_s = time.perf_counter() - t
 t = time.perf_counter()
-import airflow_iceberg.dag_factory, airflow_iceberg.config  # what the DAG files import
+import airflow_iceberg.surface.dag_factory, airflow_iceberg.config  # what the DAG files import
 imports_s = time.perf_counter() - t
 out = {"airflow": airflow_s, "imports": imports_s, "files": {}}
 for name in sys.argv[2:]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.table_list import dags_folder
 
 

@@ -263,7 +263,7 @@ class LiveAirflow:
     def add_tables(self, *entries: dict[str, Any], timeout: float = 300) -> None:
         """Add (or replace) table-list entries, and wait until the dag-processor has parsed their DAGs."""
         from airflow_iceberg.core.tables import TableName
-        from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
+        from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
 
         document = yaml.safe_load(self.table_list.read_text())
         names = {entry["table"] for entry in entries}

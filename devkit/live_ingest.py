@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import REWRITE_TASK_ID
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID
 from devkit.writers import IngestJob
 
 TARGET_SLACK_SECONDS = 10.0

@@ -92,13 +92,13 @@ def build_app() -> Any:
     from fastapi.responses import FileResponse, RedirectResponse
     from itsdangerous import BadSignature, SignatureExpired
 
-    from airflow_iceberg import report
     from airflow_iceberg.config import TableConfig
-    from airflow_iceberg.dag_factory import compaction_dag_id
     from airflow_iceberg.exceptions import FleetQueryError
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet_view
     from airflow_iceberg.plugins.fleet_view import iso
+    from airflow_iceberg.surface import report
+    from airflow_iceberg.surface.dag_factory import compaction_dag_id
     from airflow_iceberg.table_list import load_table_list
 
     app = FastAPI(title="Iceberg tables", docs_url=None, redoc_url=None, openapi_url=None)

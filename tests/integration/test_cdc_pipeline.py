@@ -25,9 +25,9 @@ from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from airflow_iceberg.planning.plan import plan_table
+from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements

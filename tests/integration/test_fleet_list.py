@@ -18,10 +18,10 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.run_records import RUN_TABLE
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.plugins.fleet import UI_ROUTE
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from tests.integration.conftest import BUILD, DB_SUFFIX, login, suite_defaults
 
 FLEET = 1000

@@ -12,7 +12,7 @@ from datetime import date, datetime, timedelta, timezone
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import full_rewrite_dag_id
+from airflow_iceberg.surface.dag_factory import full_rewrite_dag_id
 from devkit.writers import write_small_files
 
 

@@ -20,8 +20,8 @@ import requests
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.tables import TableStats
 
 FLEET = 50

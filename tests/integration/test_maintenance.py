@@ -18,8 +18,8 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
-from airflow_iceberg.dag_factory import full_rewrite_dag_id
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.surface.dag_factory import full_rewrite_dag_id
 from devkit.dag_runs import load_dag
 
 

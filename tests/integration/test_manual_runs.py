@@ -29,7 +29,7 @@ def test_a_bad_param_fails_the_run_before_the_gate_closes(table, compaction_dag,
     dag = compaction_dag(table)
     if dag_kind == "full_rewrite":
         from airflow_iceberg.core.tables import TableName
-        from airflow_iceberg.dag_factory import full_rewrite_dag_id
+        from airflow_iceberg.surface.dag_factory import full_rewrite_dag_id
         from devkit.dag_runs import load_dag
 
         dag = load_dag(full_rewrite_dag_id(TableName.parse(table)))

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.tables import TableStats
 from devkit.writers import write_small_files
 
@@ -94,7 +94,7 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
     assert all(name.startswith(("airflow_iceberg/", "airflow_iceberg-")) for name in names), names
     [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
-    assert "airflow-iceberg = airflow_iceberg.cli:main" in text
+    assert "airflow-iceberg = airflow_iceberg.surface.cli:main" in text
     assert "provider_info = airflow_iceberg.get_provider_info:get_provider_info" in text
 
 

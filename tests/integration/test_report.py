@@ -14,7 +14,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.planning.health import read_health
-from airflow_iceberg.report import chart_names, size
+from airflow_iceberg.surface.report import chart_names, size
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

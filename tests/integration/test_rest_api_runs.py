@@ -10,7 +10,7 @@ from __future__ import annotations
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.writers import write_small_files
 
 #: The shipped demo table's predicate: the last two days before the run's logical date.

@@ -67,7 +67,7 @@ def test_an_empty_where_is_refused_not_taken_for_the_whole_table(where):
 
 
 def test_one_pool_per_spark_connection_sized_by_the_largest_setting_among_its_tables():
-    from airflow_iceberg.cli import pool_sizes
+    from airflow_iceberg.surface.cli import pool_sizes
 
     tables = [
         TableConfig(table="lake.db.a", spark_conn_id="spark_yarn", spark_slots=2),

@@ -124,7 +124,7 @@ def test_sql_metacharacters_in_an_owner_are_data_not_sql(gate_hook, gate_table):
 
 
 def test_the_force_open_command_opens_a_held_gate_and_records_the_reason(gate_hook, gate_table, capsys):
-    from airflow_iceberg.cli import main
+    from airflow_iceberg.surface.cli import main
 
     gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
     assert main(["force-open", gate_table, "--reason", "run died at 03:10; paging ingest"]) == 0

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner, GateState
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.report import Health, TableSummary
+from airflow_iceberg.surface.report import Health, TableSummary
 
 LOAD = """
 import json, sys
@@ -113,10 +113,10 @@ def client(monkeypatch, tmp_path):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from airflow_iceberg import report
-    from airflow_iceberg.dag_factory import compaction_dag_id
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet
+    from airflow_iceberg.surface import report
+    from airflow_iceberg.surface.dag_factory import compaction_dag_id
 
     table_list = tmp_path / "iceberg_tables.yaml"
     table_list.write_text(f"tables:\n  - table: {TABLE}\n  - table: {OTHER}\n  - table: lake.ui.hidden\n")

@@ -97,8 +97,8 @@ def wait_until_snapshot_idle(config: TableConfig) -> str:
         f"committed for {config.idle_seconds} s. Each look renews the lease. Gives up after half the longest pause "
         f"({config.max_pause_seconds // 2} s).\n\n"
         "**If it fails**: a time-out means the writer kept committing with the gate closed, so it does not read "
-        "the gate (see the writer protocol in the README). It also fails at once if this run no longer holds the "
-        "gate. `open_gate` runs either way."
+        "the gate (see *Writers that honour the gate* in the docs). It also fails at once if this run no longer "
+        "holds the gate. `open_gate` runs either way."
     )
 
 

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_iceberg.report import Health, TableSummary, health_line, history, render_text, size
+from airflow_iceberg.surface.report import Health, TableSummary, health_line, history, render_text, size
 
 T0 = datetime(2026, 11, 25, 3, 0, tzinfo=timezone.utc)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from airflow_iceberg import cli
+from airflow_iceberg.surface import cli
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+DAGS = Path(__file__).resolve().parents[3] / "dags"
 
 
 def test_dags_writes_the_shipped_dag_files_and_the_example_table_list(tmp_path: Path):

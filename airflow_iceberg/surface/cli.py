@@ -109,7 +109,7 @@ def _pools(args: argparse.Namespace, out: TextIO) -> int:
 def _report(args: argparse.Namespace, out: TextIO) -> int:
     from datetime import datetime, timezone
 
-    from airflow_iceberg.report import render_text, summarize, write_html
+    from airflow_iceberg.surface.report import render_text, summarize, write_html
     from airflow_iceberg.table_list import load_table_list
 
     table_list = load_table_list()

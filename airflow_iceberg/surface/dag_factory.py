@@ -21,7 +21,6 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, chain
 
-from airflow_iceberg import task_docs as docs
 from airflow_iceberg.config import TableConfig, spark_pool_name
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
@@ -32,6 +31,7 @@ from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asse
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
+from airflow_iceberg.surface import task_docs as docs
 from airflow_iceberg.table_list import TableList, load_table_list
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
