@@ -152,7 +152,7 @@ def _format_argument(procedure: str, name: str, value: object, kind: object) -> 
 
 def normalize_arguments(procedure: str, arguments: Mapping[str, object] | None) -> dict[str, str]:
     """Check ``arguments`` against what ``procedure`` takes; return them rendered as Spark SQL."""
-    known = PROCEDURE_ARGUMENTS[_checked_procedure(procedure)]
+    known = PROCEDURE_ARGUMENTS[checked_procedure(procedure)]
     rendered = {}
     for name, value in (arguments or {}).items():
         if name not in known:
@@ -185,7 +185,8 @@ def normalize_options(procedure: str, options: Mapping[str, object] | None) -> d
     return normalized
 
 
-def _checked_procedure(procedure: str) -> str:
+def checked_procedure(procedure: str) -> str:
+    """``procedure``, if Iceberg has it and this provider knows its options; else an error naming it."""
     if procedure not in PROCEDURE_OPTIONS:
         raise InvalidCallError(
             f"procedure {shown(procedure)} is not supported; choose one of {', '.join(PROCEDURE_OPTIONS)}"
@@ -194,7 +195,7 @@ def _checked_procedure(procedure: str) -> str:
 
 
 def _procedure_options(procedure: str) -> dict[str, object]:
-    return PROCEDURE_OPTIONS[_checked_procedure(procedure)]
+    return PROCEDURE_OPTIONS[checked_procedure(procedure)]
 
 
 def build_call(

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
-from airflow_iceberg.core.procedures import normalize_arguments, normalize_options  # noqa: E402
+from airflow_iceberg.core.procedures import checked_procedure, normalize_arguments, normalize_options  # noqa: E402
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
@@ -88,11 +88,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         name = TableName.of(table)
-        self.check_procedures(procedures)
-        for what, by_procedure in (("options", options), ("arguments", arguments)):
-            unknown = sorted(set(by_procedure or {}) - set(procedures))
-            if unknown:
-                raise ValueError(f"{what} given for {', '.join(unknown)}, which is not among procedures {procedures}")
+        self.check_procedures(procedures, options=options, arguments=arguments)
         for procedure in procedures:
             normalize_options(procedure, (options or {}).get(procedure))
             normalize_arguments(procedure, (arguments or {}).get(procedure))
@@ -110,12 +106,17 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self._lease_lost: str | None = None
 
     @staticmethod
-    def check_procedures(procedures: Sequence[str]) -> None:
-        """Refuse, naming it, a ``procedures`` that is not a list of distinct procedures Iceberg has."""
+    def check_procedures(procedures: Sequence[str], **by_procedure: Mapping[str, Any] | None) -> None:
+        """Refuse, naming it, a ``procedures`` that is not a list of distinct procedures Iceberg has, or a setting
+        given by procedure (``options=``, ``where=``, ...) for one not among them."""
         if isinstance(procedures, str) or not procedures or len(set(procedures)) != len(procedures):
             raise ValueError(f"procedures must be a list of distinct procedure names, got {procedures!r}")
         for procedure in procedures:
-            normalize_options(procedure, None)
+            checked_procedure(procedure)
+        for what, given in by_procedure.items():
+            unknown = sorted(set(given or {}) - set(procedures))
+            if unknown:
+                raise ValueError(f"{what} given for {', '.join(unknown)}, which is not among procedures {procedures}")
 
     def _calls(self, context: Context) -> list[ProcedureCall]:
         """The procedures this try runs, each with its options and arguments, checked before Spark starts."""

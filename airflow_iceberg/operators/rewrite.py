@@ -87,16 +87,13 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
         plan_task_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        self.check_procedures(procedures)
+        self.check_procedures(procedures, where=where)
         others = [p for p in procedures if p not in REWRITE_PROCEDURES]
         if others:
             raise ValueError(
                 f"IcebergRewriteOperator runs the rewrites {list(REWRITE_PROCEDURES)}, not {', '.join(others)}: run "
                 "other procedures with IcebergProcedureOperator (or a maintenance operator)"
             )
-        unknown = sorted(set(where or {}) - set(procedures))
-        if unknown:
-            raise ValueError(f"where given for {', '.join(unknown)}, which is not among procedures {procedures}")
         super().__init__(table=table, procedures=procedures, **kwargs)
         self.where: dict[str, Any] = dict(where or {})  # templates, or literal() text of a run's own
         self.apply_run_params = apply_run_params
