@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID
+from airflow_iceberg.core.iceberg_runtime import IcebergRuntime, check_options, options_it_takes, runtime_of
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MARGIN, minimum_orphan_age
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
@@ -61,6 +62,12 @@ class SparkSettings(BaseModel):
     num_executors: int | None = Field(default=None, gt=0, description="YARN and Kubernetes")
     executor_cores: int | None = Field(default=None, gt=0, description="YARN and standalone")
     total_executor_cores: int | None = Field(default=None, gt=0, description="Standalone only")
+    iceberg_version: str | None = Field(
+        default=None,
+        description="Iceberg's version in the rewrite jobs' Spark, e.g. 1.5.2; needed only when neither jars nor "
+        "packages name an iceberg-spark-runtime (the cluster brings its own). An option that version lacks is "
+        "never sent, and one a table asks for fails the table",
+    )
 
     @field_validator("jars", "packages", mode="before")
     @classmethod
@@ -76,6 +83,18 @@ class SparkSettings(BaseModel):
             except ValueError as error:
                 raise ValueError(f"{item!r}: {error}") from None
         return expanded
+
+    @model_validator(mode="after")
+    def _one_known_iceberg(self) -> SparkSettings:
+        try:
+            self.iceberg_runtime()
+        except InvalidCallError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    def iceberg_runtime(self) -> IcebergRuntime | None:
+        """The Iceberg the rewrite jobs run: ``iceberg_version``, or the runtime the jars or packages name."""
+        return runtime_of(self.packages, self.jars, self.iceberg_version)
 
 
 def _airflow_schedule(value: str | None) -> str | None:
@@ -311,9 +330,16 @@ class TableConfig(BaseModel):
 
     def options_for(self, procedure: str) -> dict[str, Any]:
         """The options ``procedure`` runs with in the compaction DAG: the table's own over the provider's
-        (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``)."""
+        (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``, those the table's Iceberg takes)."""
         own = getattr(self, procedure)
-        return {**DELETE_FOLDING_OPTIONS, **own} if procedure == "rewrite_data_files" else dict(own)
+        if procedure != "rewrite_data_files":
+            return dict(own)
+        return {**self.provider_options(procedure, DELETE_FOLDING_OPTIONS), **own}
+
+    def provider_options(self, procedure: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Options this provider gives ``procedure`` on its own, without those the table's Iceberg lacks."""
+        taken = options_it_takes(procedure, normalize_options(procedure, options), self.spark.iceberg_runtime())
+        return {name: value for name, value in options.items() if name in taken}
 
     def where_for(self, procedure: str) -> str | None:
         """The predicate template ``procedure`` runs with: the table's one ``where``, or its own entry."""
@@ -329,6 +355,16 @@ class TableConfig(BaseModel):
         except InvalidCallError as error:
             raise ValueError(str(error)) from None
         return value
+
+    @model_validator(mode="after")
+    def _options_fit_its_iceberg(self) -> TableConfig:
+        runtime = self.spark.iceberg_runtime()
+        for procedure in REWRITE_PROCEDURES:
+            try:
+                check_options(procedure, normalize_options(procedure, getattr(self, procedure)), runtime)
+            except InvalidCallError as error:
+                raise ValueError(str(error)) from None
+        return self
 
     @model_validator(mode="after")
     def _schedule_goes_with_the_watch(self) -> TableConfig:

@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 
 from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
+from airflow_iceberg.core.iceberg_runtime import check_options, runtime_of  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 from airflow_iceberg.core.procedures import checked_procedure, normalize_arguments, normalize_options  # noqa: E402
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
@@ -71,6 +72,8 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         ``{"expire_snapshots": {"older_than": "2026-11-20 00:00:00"}}``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: If set, check that this run holds the gate before submitting.
+    :param iceberg_version: Iceberg's version in the job's Spark (e.g. ``1.5.2``), when neither ``jars`` nor
+        ``packages`` name an ``iceberg-spark-runtime``: an option that version lacks is refused here, naming it.
     :param kwargs: Passed to :class:`SparkSubmitOperator` (``conn_id``, ``jars``, ``packages``, ``conf``, ...).
         With ``outlets=[table_asset(table)]`` each successful run emits an asset event whose extra holds each
         procedure's result row by name.
@@ -85,12 +88,15 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         arguments: Mapping[str, Mapping[str, Any]] | None = None,
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str | None = None,
+        iceberg_version: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = TableName.of(table)
         self.check_procedures(procedures, options=options, arguments=arguments)
+        listed = {key: str(kwargs.get(key) or "").split(",") for key in ("packages", "jars")}
+        self.iceberg_runtime = runtime_of(listed["packages"], listed["jars"], iceberg_version)
         for procedure in procedures:
-            normalize_options(procedure, (options or {}).get(procedure))
+            check_options(procedure, normalize_options(procedure, (options or {}).get(procedure)), self.iceberg_runtime)
             normalize_arguments(procedure, (arguments or {}).get(procedure))
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
         kwargs.setdefault("name", f"iceberg-{','.join(procedures)}-{name}")
@@ -122,8 +128,13 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         """The procedures this try runs, each with its options and arguments, checked before Spark starts."""
         calls = [ProcedureCall(p, self.options.get(p, {}), None, self.arguments.get(p, {})) for p in self.procedures]
         for call in calls:
-            call.statement(self.table)
+            self.check_call(call)
         return calls
+
+    def check_call(self, call: ProcedureCall) -> None:
+        """Refuse, before Spark starts, a call that is not safe to build or that the job's Iceberg cannot take."""
+        call.statement(self.table)
+        check_options(call.procedure, normalize_options(call.procedure, call.options), self.iceberg_runtime)
 
     def _check_results(self, context: Context, results: dict[str, Any]) -> None:
         """After the job succeeded, with its result rows by procedure: raise to fail the task on what they say."""

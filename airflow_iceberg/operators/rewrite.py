@@ -106,7 +106,7 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
         if self.plan_task_id:
             self.where = {}
         elif self.apply_run_params:
-            overrides = overrides_from_params(context["params"])
+            overrides = overrides_from_params(context["params"], self.iceberg_runtime)
             for procedure in self.procedures:
                 run_where = overrides.where_for(procedure)
                 if run_where is not None:
@@ -132,7 +132,7 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
                 self.log.info("%s takes %s: %s", procedure, plan["partitions"].get(procedure), where[procedure])
                 if planned.get(procedure):
                     self.log.info("%s runs with %s: equality deletes to fold", procedure, planned[procedure])
-        overrides = overrides_from_params(context["params"]) if self.apply_run_params else None
+        overrides = overrides_from_params(context["params"], self.iceberg_runtime) if self.apply_run_params else None
         calls = []
         for procedure in procedures:
             options = {
@@ -145,7 +145,7 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
                 **(overrides.arguments.get(procedure, {}) if overrides else {}),
             }
             call = ProcedureCall(procedure, options, where.get(procedure), arguments)
-            call.statement(self.table)  # checked before Spark starts
+            self.check_call(call)  # before Spark starts
             predicate = call.where
             # A plan's predicates were parsed by the plan task, before the gate closed: not again while writers wait.
             if predicate is not None and not self.plan_task_id:

@@ -20,6 +20,7 @@ import pendulum
 from airflow.sdk import BaseOperator, Context, Param
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg.core.iceberg_runtime import IcebergRuntime, check_options
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_arguments, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.exceptions import RunParamsError
@@ -119,8 +120,8 @@ class RunOverrides:
         return self.where_by_procedure.get(procedure, self.where)
 
 
-def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
-    """Validate a run's Params; raise ValueError naming the first bad parameter."""
+def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | None = None) -> RunOverrides:
+    """Validate a run's Params, for the table's Iceberg if known; raise ValueError naming the first bad parameter."""
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     arguments: dict[str, dict[str, Any]] = defaultdict(dict)
     for param, option in _OPTION_PARAMS.items():
@@ -129,7 +130,7 @@ def overrides_from_params(params: Mapping[str, Any]) -> RunOverrides:
             continue
         for procedure in ("rewrite_data_files", "rewrite_position_delete_files"):
             try:
-                normalize_options(procedure, {option: value})
+                check_options(procedure, normalize_options(procedure, {option: value}), iceberg)
             except InvalidCallError as error:
                 raise ValueError(f"param {param!r}: {error}") from None
             options[procedure][option] = value
@@ -246,6 +247,8 @@ class CheckRunParamsOperator(BaseOperator):
     :param iceberg_conn_id: Iceberg connection of the table's catalog.
     :param where: Per procedure, its Spark SQL predicate, a template (rendered here only if the run uses it).
     :param write_gate_conn_id: Where a refused run is recorded (``iceberg_compaction_run``); None: not recorded.
+    :param iceberg_runtime: The Iceberg of the table's Spark jobs, if known: an option the run asks for that it
+        lacks fails here, naming the version.
     """
 
     def __init__(
@@ -255,6 +258,7 @@ class CheckRunParamsOperator(BaseOperator):
         iceberg_conn_id: str,
         where: Mapping[str, str | None] | None = None,
         write_gate_conn_id: str | None = None,
+        iceberg_runtime: IcebergRuntime | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -262,6 +266,7 @@ class CheckRunParamsOperator(BaseOperator):
         self.iceberg_conn_id = iceberg_conn_id
         self.where = dict(where or {})
         self.write_gate_conn_id = write_gate_conn_id
+        self.iceberg_runtime = iceberg_runtime
 
     def _load_table(self) -> Any:
         """The table, as pyiceberg reads it through the Iceberg connection."""
@@ -288,7 +293,7 @@ class CheckRunParamsOperator(BaseOperator):
         from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
         try:
-            overrides = overrides_from_params(context["params"])
+            overrides = overrides_from_params(context["params"], self.iceberg_runtime)
         except ValueError as error:
             raise RunParamsError(str(error)) from None
         # By procedure: what names the predicate, the predicate, and whether it was rendered from the table's

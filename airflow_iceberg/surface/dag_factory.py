@@ -68,6 +68,11 @@ RETRIES: dict[str, dict[str, Any]] = {
 }
 
 
+#: What the daily full rewrite adds to rewriting every data file: removing the delete files that then apply to
+#: nothing (on an Iceberg that can: 1.7 and later).
+FULL_FOLDING = {"remove-dangling-deletes": True}
+
+
 def compaction_dag_id(table: TableName) -> str:
     """``iceberg_compact__<catalog>__<namespace>__<table>``."""
     return f"iceberg_compact__{table.catalog}__{table.namespace}__{table.table}"
@@ -97,6 +102,7 @@ def _spark_args(config: TableConfig) -> dict[str, Any]:
         "num_executors": spark.num_executors,
         "executor_cores": spark.executor_cores,
         "total_executor_cores": spark.total_executor_cores,
+        "iceberg_version": spark.iceberg_version,
     }
 
 
@@ -127,6 +133,7 @@ def _gated_rewrites(
         iceberg_conn_id=config.catalog_conn_id,
         where={procedure: where for procedure, _, where in rewrites},
         write_gate_conn_id=config.write_gate_conn_id,
+        iceberg_runtime=config.spark.iceberg_runtime(),
         doc_md=docs.CHECK_RUN_PARAMS,
         **RETRIES["check"],
     )
@@ -279,7 +286,7 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
     full = config.full_rewrite
     where = full.partition.predicate_template() if full.partition else None
     everything = {"rewrite-all": True, "max-concurrent-file-group-rewrites": full.max_concurrent_file_group_rewrites}
-    options = {"rewrite_data_files": {**everything, "remove-dangling-deletes": True}}
+    options = {"rewrite_data_files": config.provider_options("rewrite_data_files", {**everything, **FULL_FOLDING})}
     dag = _dag(
         full_rewrite_dag_id(config.table),
         config,

@@ -56,6 +56,43 @@ def test_bad_entry_is_an_import_error_naming_entry_and_field_and_good_tables_sti
     assert "'many'" in message
 
 
+#: Two tables on the original design's Iceberg (1.5.2, from their Spark packages and from a setting); the first
+#: asks for an option that Iceberg 1.5 lacks.
+AN_OPTION_ICEBERG_1_5_LACKS = """
+defaults:
+  spark:
+    packages: [org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.5.2]
+tables:
+  - table: lake.cdc.orders
+    rewrite_data_files: {remove-dangling-deletes: true}
+  - table: lake.cdc.refunds
+  - table: lake.cdc.payments
+    spark: {packages: [], iceberg_version: 1.5.2}
+"""
+
+
+def test_an_option_the_tables_iceberg_lacks_fails_that_table_naming_option_and_version_and_the_rest_load(
+    tmp_path, monkeypatch
+):
+    use_table_list(tmp_path, monkeypatch, AN_OPTION_ICEBERG_1_5_LACKS)
+    bag = load_dag_folder()
+    [(path, message)] = bag.import_errors.items()
+    assert "tables[0] (lake.cdc.orders)" in message
+    assert (
+        "rewrite_data_files option 'remove-dangling-deletes' needs Iceberg 1.7 or newer; this table's Spark jobs run "
+        "Iceberg 1.5.2 (iceberg-spark-runtime-3.4_2.12:1.5.2)"
+    ) in message
+    assert "iceberg_compact__lake__cdc__orders" not in bag.dag_ids
+    # The others get their DAGs, and never send the option their Iceberg lacks, not even the provider's own.
+    for table in ("refunds", "payments"):
+        compaction = bag.get_dag(f"iceberg_compact__lake__cdc__{table}").get_task("rewrite_files")
+        full = bag.get_dag(f"iceberg_full_rewrite__lake__cdc__{table}").get_task("rewrite_files")
+        for task in (compaction, full):
+            assert str(task.iceberg_runtime.version) == "1.5.2"
+            assert "remove-dangling-deletes" not in task.options["rewrite_data_files"]
+        assert compaction.options["rewrite_data_files"] == {"delete-file-threshold": 1}
+
+
 def test_unreadable_table_list_is_an_import_error_naming_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(tmp_path / "missing.yaml"))
     bag = load_dag_folder()

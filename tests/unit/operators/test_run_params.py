@@ -144,6 +144,23 @@ def test_a_bad_param_fails_without_retries(monkeypatch):
         check_operator(None, monkeypatch)._check(params={"strategy": "zigzag"})
 
 
+def test_partial_progress_on_a_table_whose_iceberg_cannot_check_it_fails_before_the_gate_naming_the_version(
+    monkeypatch,
+):
+    config = TableConfig(
+        table="lake.db.t", spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.5.2"]}
+    )
+    check = build_compaction_dag(config).get_task("check_run_params")
+    monkeypatch.setattr(check, "_load_table", FakeIcebergTable)
+    with pytest.raises(RunParamsError) as refused:
+        check._check(params={**DEFAULTS, "partial_progress": True})
+    assert str(refused.value).startswith(
+        "param 'partial_progress': rewrite_data_files option 'partial-progress.enabled' needs Iceberg 1.9 or newer; "
+        "this table's Spark jobs run Iceberg 1.5.2 (iceberg-spark-runtime-3.4_2.12:1.5.2): the Spark job counts"
+    )
+    check._check(params={**DEFAULTS, "partial_progress": False})
+
+
 @pytest.mark.parametrize(
     ("table_where", "params", "message"),
     [
