@@ -23,6 +23,28 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 FLINK_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_FLINK_BUILD", Path(__file__).parents[1] / "build" / "flink"))
 
 
+#: What Flink's own launcher gives a JVM on Java 17 (its env.java.opts.all), and a job run with `java -cp` must
+#: give it too: Kryo serializes through these packages, as Flink 1.18's Iceberg sink (FlinkSink) does on every
+#: checkpoint.
+JVM_OPENS = [
+    f"--add-opens=java.base/{package}=ALL-UNNAMED"
+    for package in (
+        "java.lang",
+        "java.lang.reflect",
+        "java.io",
+        "java.net",
+        "java.nio",
+        "sun.nio.ch",
+        "java.text",
+        "java.time",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+        "java.util.concurrent.locks",
+    )
+]
+
+
 class FlinkJobError(AssertionError):
     """The job exited, or did not get where the caller waited for in time; the message holds its log's tail."""
 
@@ -70,7 +92,7 @@ class FlinkJob:
         self.writer_ids = writer_ids
         options = {**options, "events": self.events_dir}
         args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
-        self.command = ["java", f"-Xmx{heap}", "-cp", classpath.read_text().strip(), job_class, *args]
+        self.command = ["java", f"-Xmx{heap}", *JVM_OPENS, "-cp", classpath.read_text().strip(), job_class, *args]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
 

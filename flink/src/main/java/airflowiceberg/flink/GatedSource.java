@@ -1,9 +1,6 @@
 package airflowiceberg.flink;
 
-import java.util.Set;
-
 import org.apache.flink.api.common.typeinfo.TypeInformation;
-import org.apache.flink.api.common.watermark.WatermarkDeclaration;
 import org.apache.flink.api.connector.source.Boundedness;
 import org.apache.flink.api.connector.source.Source;
 import org.apache.flink.api.connector.source.SourceReader;
@@ -41,7 +38,7 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
  * @param <EnumChkT> the wrapped source's enumerator checkpoints
  */
 public final class GatedSource<T, SplitT extends SourceSplit, EnumChkT>
-        implements Source<T, SplitT, EnumChkT>, ResultTypeQueryable<T> {
+        implements WrappingSource<T, SplitT, EnumChkT>, ResultTypeQueryable<T> {
     private static final long serialVersionUID = 1L;
 
     private final Source<T, SplitT, EnumChkT> delegate;
@@ -92,9 +89,10 @@ public final class GatedSource<T, SplitT extends SourceSplit, EnumChkT>
         return delegate.getEnumeratorCheckpointSerializer();
     }
 
+    /** The wrapped source. On Flink 2, {@code declareWatermarks()} passes on its declarations (WrappingSource). */
     @Override
-    public Set<? extends WatermarkDeclaration> declareWatermarks() {
-        return delegate.declareWatermarks();
+    public Source<T, SplitT, EnumChkT> wrappedSource() {
+        return delegate;
     }
 
     /** The wrapped source's type, found as {@code StreamExecutionEnvironment.fromSource} would find it. */

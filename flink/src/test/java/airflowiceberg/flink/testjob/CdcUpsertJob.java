@@ -14,7 +14,6 @@ import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.connector.kafka.source.KafkaSource;
 import org.apache.flink.connector.kafka.source.enumerator.initializer.OffsetsInitializer;
-import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.table.data.GenericRowData;
@@ -22,7 +21,6 @@ import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
 import org.apache.flink.types.RowKind;
-import org.apache.flink.util.ParameterTool;
 import org.apache.iceberg.Schema;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
@@ -30,7 +28,6 @@ import org.apache.iceberg.catalog.TableIdentifier;
 import org.apache.iceberg.flink.CatalogLoader;
 import org.apache.iceberg.flink.FlinkSchemaUtil;
 import org.apache.iceberg.flink.TableLoader;
-import org.apache.iceberg.flink.sink.IcebergSink;
 
 /**
  * The CDC writer of the design: Kafka in, through a {@link GatedSource}, into Flink's own Iceberg sink in upsert
@@ -52,21 +49,27 @@ public final class CdcUpsertJob {
     private CdcUpsertJob() {}
 
     public static void main(String[] args) throws Exception {
-        ParameterTool params = ParameterTool.fromArgs(args);
+        JobArgs params = JobArgs.fromArgs(args);
 
         Map<String, String> settings = new HashMap<>();
+        // Flink 1.20 and 2.x read execution.checkpointing.storage, execution.checkpointing.dir and
+        // execution.state-recovery.path; 1.18 knows only their older names, which the newer lines read (with a
+        // deprecation warning) only when the new key is missing. Both go in, and every line reads its own.
         settings.put("restart-strategy.type", "none");
-        settings.put("execution.checkpointing.storage", "filesystem");
-        settings.put("execution.checkpointing.dir", params.getRequired("checkpoint-dir"));
         settings.put("execution.checkpointing.externalized-checkpoint-retention", "RETAIN_ON_CANCELLATION");
+        settings.put("execution.checkpointing.storage", "filesystem");
+        settings.put("state.checkpoint-storage", "filesystem");
+        settings.put("execution.checkpointing.dir", params.getRequired("checkpoint-dir"));
+        settings.put("state.checkpoints.dir", params.getRequired("checkpoint-dir"));
         if (params.has("restore-from")) {
             settings.put("execution.state-recovery.path", params.get("restore-from"));
+            settings.put("execution.savepoint.path", params.get("restore-from"));
         }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(
                 Configuration.fromMap(settings));
         int parallelism = params.getInt("parallelism", 2);
         env.setParallelism(parallelism);
-        env.enableCheckpointing(2000, CheckpointingMode.EXACTLY_ONCE);
+        env.enableCheckpointing(2000);  // exactly once, Flink's default mode
 
         // One catalog for Spark, Flink and pyiceberg: Iceberg's JDBC catalog in MySQL.
         Map<String, String> catalog = new HashMap<>();
@@ -117,13 +120,7 @@ public final class CdcUpsertJob {
                 .returns(InternalTypeInfo.of(FlinkSchemaUtil.convert(schema)))
                 .uid("to-row")
                 .name("to row");
-        IcebergSink.forRowData(changes)
-                .tableLoader(tableLoader)
-                .upsert(true)
-                .equalityFieldColumns(List.of("id"))
-                .writeParallelism(parallelism)
-                .uidSuffix("iceberg")
-                .append();
+        IcebergUpsert.sink(changes, tableLoader, List.of("id"), parallelism);
         env.execute("cdc upsert " + params.getRequired("table"));
     }
 

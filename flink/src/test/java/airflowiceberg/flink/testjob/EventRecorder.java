@@ -9,7 +9,6 @@ import java.nio.file.StandardOpenOption;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 
-import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
 import org.apache.flink.api.common.state.CheckpointListener;
 import org.apache.flink.runtime.state.FunctionInitializationContext;
@@ -35,20 +34,18 @@ final class EventRecorder<T> extends RichMapFunction<T, T> implements Checkpoint
     }
 
     @Override
-    public void open(OpenContext context) throws IOException {
-        int subtask = getRuntimeContext().getTaskInfo().getIndexOfThisSubtask();
-        events = Files.newBufferedWriter(Paths.get(directory, "subtask-" + subtask + ".events"),
-                StandardCharsets.UTF_8, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
-    }
-
-    @Override
     public T map(T value) throws IOException {
         write("emit " + value);
         return value;
     }
 
+    /** Opens the subtask's file here, before open(), whose parameter differs between Flink 1 and Flink 2. */
     @Override
-    public void initializeState(FunctionInitializationContext context) {}
+    public void initializeState(FunctionInitializationContext context) throws IOException {
+        int subtask = Subtasks.index(getRuntimeContext());
+        events = Files.newBufferedWriter(Paths.get(directory, "subtask-" + subtask + ".events"),
+                StandardCharsets.UTF_8, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+    }
 
     @Override
     public void snapshotState(FunctionSnapshotContext context) throws IOException {

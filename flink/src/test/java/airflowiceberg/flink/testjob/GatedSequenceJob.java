@@ -14,12 +14,10 @@ import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.connector.datagen.source.DataGeneratorSource;
 import org.apache.flink.connector.file.sink.FileSink;
-import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.fs.Path;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.sink.filesystem.bucketassigners.BasePathBucketAssigner;
 import org.apache.flink.streaming.api.functions.sink.filesystem.rollingpolicies.OnCheckpointRollingPolicy;
-import org.apache.flink.util.ParameterTool;
 
 /**
  * The integration tests' Flink job, run on a local mini-cluster: the numbers {@code 0 .. count-1}, from a
@@ -34,7 +32,7 @@ public final class GatedSequenceJob {
     private GatedSequenceJob() {}
 
     public static void main(String[] args) throws Exception {
-        ParameterTool params = ParameterTool.fromArgs(args);
+        JobArgs params = JobArgs.fromArgs(args);
         long count = params.getLong("count");
         String password = System.getenv().getOrDefault("AIRFLOW_ICEBERG_GATE_PASSWORD", "");
 
@@ -43,7 +41,7 @@ public final class GatedSequenceJob {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setRuntimeMode(RuntimeExecutionMode.STREAMING);
         env.setParallelism(params.getInt("parallelism", 2));
-        env.enableCheckpointing(1000, CheckpointingMode.EXACTLY_ONCE);
+        env.enableCheckpointing(1000);  // exactly once, Flink's default mode
 
         DataGeneratorSource<Long> numbers = new DataGeneratorSource<>(
                 index -> index, count, RateLimiterStrategy.perSecond(params.getDouble("rate")), Types.LONG);
