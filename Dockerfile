@@ -29,7 +29,8 @@ COPY --from=ui /static ./airflow_iceberg/plugins/static
 RUN AIRFLOW_ICEBERG_SKIP_DATABASES=1 AIRFLOW_ICEBERG_SKIP_FLINK=1 AIRFLOW_ICEBERG_SKIP_UI=1 bash scripts/setup.sh \
     && VIRTUAL_ENV=/opt/airflow-iceberg/.venv/airflow .venv/tools/bin/uv pip install -q "apache-airflow[postgres]==3.3.*"
 
-ENV PATH=/opt/airflow-iceberg/.venv/airflow/bin:/opt/airflow-iceberg/.venv/spark/bin:$PATH \
-    SPARK_HOME=/opt/airflow-iceberg/.venv/spark/lib/python3.11/site-packages/pyspark \
-    PYSPARK_PYTHON=/opt/airflow-iceberg/.venv/spark/bin/python \
-    AIRFLOW_ICEBERG_JARS=/opt/airflow-iceberg/build/jars
+# The default stack of requirements/stacks.toml ("lts": Spark 3.5, Iceberg 1.11), as dags/iceberg_tables.yaml loads it.
+ENV PATH=/opt/airflow-iceberg/.venv/airflow/bin:/opt/airflow-iceberg/.venv/spark-lts/bin:$PATH \
+    SPARK_HOME=/opt/airflow-iceberg/.venv/spark-lts/lib/python3.11/site-packages/pyspark \
+    PYSPARK_PYTHON=/opt/airflow-iceberg/.venv/spark-lts/bin/python \
+    AIRFLOW_ICEBERG_JARS=/opt/airflow-iceberg/build/stacks/lts/jars

@@ -1,6 +1,7 @@
 # make demo   set everything up, then compact a demo table with its gated DAG
-# make test   set everything up, then run the whole test suite: the Flink module's Java unit tests, then the Python
-#             unit and integration tests (real MariaDB, PostgreSQL, Spark, Flink mini-cluster, live Airflow)
+# make test   set everything up, then run the whole test suite: the Flink module's Java unit tests on every Flink
+#             line, the Python unit and integration tests on the default stack (real MariaDB, PostgreSQL, Spark,
+#             Flink mini-cluster, live Airflow), then a gated CDC and a Spark writer's compaction on each other stack
 # make bench  gated compactions under a live streaming writer: how long the gate pauses it; then the rewrite
 #             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
 #             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after; then a
@@ -12,7 +13,10 @@
 # make unit   the fast tests only (no servers), Java and Python
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
 #             the docs site with --strict into build/site (make site: the build alone, which make test runs)
-# make java-test  the Flink module's JUnit tests (`mvn verify` on flink/pom.xml)
+# make java-test  the Flink module's JUnit tests, `mvn verify` on flink/pom.xml once per Flink line of the matrix
+# make test-stacks  every stack of requirements/stacks.toml (Flink 1.18 / 1.20 / 2.1, Spark 3.4 / 3.5 / 4.1), each
+#             in environments of its own: the CDC pipeline and a Spark merge-on-read writer, gated and ungated,
+#             and the daily full rewrite with its maintenance; then one matrix of the results
 SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 PY := .venv/airflow/bin/python
@@ -20,10 +24,15 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup demo test unit java-test lint bench bench-parse bench-fleet faults docs site clean
+.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet faults docs site \
+	clean
 
 setup:
 	@bash scripts/setup.sh
+
+# Every stack of the matrix, not only the default one: for the Java tests of each Flink line, and the stacks' runs.
+setup-stacks:
+	@AIRFLOW_ICEBERG_STACKS=all bash scripts/setup.sh
 
 demo: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.demo
@@ -34,18 +43,27 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cdc
 
-test: setup lint site java-test
+test: setup-stacks lint site java-test
 	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
+	@$(ENV) $(PY) -m devkit.stack_checks --smoke
 
-java-test: setup
-	@$(ENV) mvn -B --no-transfer-progress -f flink/pom.xml -Dflink.build.dir="$$AIRFLOW_ICEBERG_FLINK_BUILD" verify
+java-test: setup-stacks
+	@for stack in $$(python3 scripts/stacks.py names); do \
+		echo "==> mvn verify: GatedSource on Flink $$(python3 scripts/stacks.py flink-line $$stack) (stack $$stack)"; \
+		(export AIRFLOW_ICEBERG_STACK=$$stack && $(ENV) mvn -B --no-transfer-progress -f flink/pom.xml \
+			-Dflink.build.dir="$$AIRFLOW_ICEBERG_FLINK_BUILD" $$(python3 scripts/stacks.py maven-flink $$stack) \
+			verify) || exit 1; \
+	done
+
+test-stacks: setup-stacks
+	@$(ENV) $(PY) -m devkit.stack_checks $(STACKS_ARGS)
 
 lint: setup
 	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/mypy airflow_iceberg spark_jobs
 
-unit: setup java-test
+unit: setup-stacks java-test
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 bench-parse: setup

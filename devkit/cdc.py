@@ -9,6 +9,7 @@ checkpointing every 2 s) on a table of the JDBC catalog. :func:`create_cdc_table
 from __future__ import annotations
 
 import random
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -64,9 +65,12 @@ class ChangeStream:
         if error is not None:
             self.errors.append(str(error))
 
-    def produce(self, count: int, rate: float) -> None:
+    def produce(self, count: int, rate: float, until: threading.Event | None = None) -> None:
+        """Send ``count`` changes at ``rate`` a second, or fewer if ``until`` is set first; then flush them all."""
         started = time.monotonic()
         for _ in range(count):
+            if until is not None and until.is_set():
+                break
             seq = self.produced
             key = seq if seq < self.keys else self.rng.randrange(self.keys)
             op = "d" if seq >= self.keys and self.rng.random() < self.delete_share else "u"

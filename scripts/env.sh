@@ -6,8 +6,13 @@ _root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 export AIRFLOW_ICEBERG_ROOT="$_root"
 export AIRFLOW_ICEBERG_BUILD="${AIRFLOW_ICEBERG_BUILD:-$_root/build}"
-export AIRFLOW_ICEBERG_JARS="${AIRFLOW_ICEBERG_JARS:-$AIRFLOW_ICEBERG_BUILD/jars}"
-export AIRFLOW_ICEBERG_FLINK_BUILD="${AIRFLOW_ICEBERG_FLINK_BUILD:-$AIRFLOW_ICEBERG_BUILD/flink}"
+# The stack (requirements/stacks.toml, read by scripts/stacks.py): its default unless AIRFLOW_ICEBERG_STACK names
+# another. Its Spark environment, the Spark jobs' jars and its Flink line's build are its own, set up by
+# scripts/setup.sh; the paths follow from the stack's name alone.
+export AIRFLOW_ICEBERG_STACK="${AIRFLOW_ICEBERG_STACK:-$(python3 "$_root/scripts/stacks.py" default)}"
+export AIRFLOW_ICEBERG_STACK_BUILD="$AIRFLOW_ICEBERG_BUILD/stacks/$AIRFLOW_ICEBERG_STACK"
+export AIRFLOW_ICEBERG_JARS="$AIRFLOW_ICEBERG_STACK_BUILD/jars"
+export AIRFLOW_ICEBERG_FLINK_BUILD="$AIRFLOW_ICEBERG_STACK_BUILD/flink"
 export AIRFLOW_ICEBERG_KAFKA_BUILD="${AIRFLOW_ICEBERG_KAFKA_BUILD:-$AIRFLOW_ICEBERG_BUILD/kafka}"
 export AIRFLOW_ICEBERG_WAREHOUSE_DIR="${AIRFLOW_ICEBERG_WAREHOUSE_DIR:-$AIRFLOW_ICEBERG_BUILD/warehouse}"
 export AIRFLOW_ICEBERG_MYSQL_HOST="${AIRFLOW_ICEBERG_MYSQL_HOST:-127.0.0.1}"
@@ -28,10 +33,11 @@ export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_root/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__UNIT_TEST_MODE="${AIRFLOW__CORE__UNIT_TEST_MODE:-False}"
 
-# Spark: the Spark environment's spark-submit on PATH (SparkSubmitHook runs it from there).
-export PATH="$_root/.venv/spark/bin:$PATH"
-export PYSPARK_PYTHON="$_root/.venv/spark/bin/python"
-export SPARK_HOME="$_root/.venv/spark/lib/python3.11/site-packages/pyspark"
+# Spark: the stack's Spark environment, its spark-submit on PATH (SparkSubmitHook runs it from there).
+_spark_venv="$_root/.venv/spark-$AIRFLOW_ICEBERG_STACK"
+export PATH="$_spark_venv/bin:$PATH"
+export PYSPARK_PYTHON="$_spark_venv/bin/python"
+export SPARK_HOME="$_spark_venv/lib/python3.11/site-packages/pyspark"
 
 # Connections. Host-only JSON for Spark: a URI such as spark://local[2] is misparsed as YARN.
 _mysql_auth="$AIRFLOW_ICEBERG_MYSQL_USER"
@@ -41,4 +47,4 @@ export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-{\"conn_type\":
 # catalog name, and IcebergHook names the catalog after its connection id.
 export AIRFLOW_CONN_LAKE="${AIRFLOW_CONN_LAKE:-{\"conn_type\": \"iceberg\", \"extra\": {\"type\": \"sql\", \"uri\": \"mysql+pymysql://$_mysql_auth@$AIRFLOW_ICEBERG_MYSQL_HOST:$AIRFLOW_ICEBERG_MYSQL_PORT/$AIRFLOW_ICEBERG_CATALOG_DB\", \"warehouse\": \"file://$AIRFLOW_ICEBERG_WAREHOUSE_DIR\"\}\}}"
 export AIRFLOW_CONN_WRITE_GATE_DEFAULT="${AIRFLOW_CONN_WRITE_GATE_DEFAULT:-{\"conn_type\": \"iceberg_write_gate\", \"host\": \"$AIRFLOW_ICEBERG_MYSQL_HOST\", \"port\": $AIRFLOW_ICEBERG_MYSQL_PORT, \"login\": \"$AIRFLOW_ICEBERG_MYSQL_USER\", \"password\": \"$AIRFLOW_ICEBERG_MYSQL_PASSWORD\", \"schema\": \"$AIRFLOW_ICEBERG_GATE_DB\"\}}"
-unset _root _mysql_auth
+unset _root _mysql_auth _spark_venv

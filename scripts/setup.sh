@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Everything `make demo` and `make test` need on a fresh Debian 12 machine, idempotent and quick to re-run:
-#   Debian packages (Maven, Chromium, MariaDB's server binaries for the tests' private servers), the Airflow and
-#   Spark Python environments, the Spark jobs' jars from Maven Central, the gated Flink source built by Maven, the
-#   database servers (MariaDB and PostgreSQL, installed and started when nothing answers: scripts/databases.py),
-#   the MySQL databases for the write gate (with its schema migrated) and the Iceberg JDBC catalog, and an
-#   Airflow home.
+#   Debian packages (Maven, Chromium, MariaDB's server binaries for the tests' private servers), the Airflow
+#   environment, each stack's Spark environment, Spark jobs' jars from Maven Central and Flink line's build of the
+#   gated source (requirements/stacks.toml), the database servers (MariaDB and PostgreSQL, installed and started
+#   when nothing answers: scripts/databases.py), the MySQL databases for the write gate (with its schema migrated)
+#   and the Iceberg JDBC catalog, and an Airflow home.
 # Each step is skipped when its output is already up to date.
+#
+# The stacks: the one this environment runs ($AIRFLOW_ICEBERG_STACK, else the matrix's default), and with
+# AIRFLOW_ICEBERG_STACKS=all every stack of the matrix (`make test`, `make test-stacks`).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -53,13 +56,6 @@ if [[ ! -x "$uv" ]]; then
     "$venvs/tools/bin/pip" install -q 'uv==0.13.8'
 fi
 
-if ! stamp_ok spark-venv requirements/spark.txt; then
-    step "Spark environment ($venvs/spark)"
-    [[ -x "$venvs/spark/bin/python" ]] || "$uv" venv -q -p python3.11 "$venvs/spark"
-    VIRTUAL_ENV="$venvs/spark" "$uv" pip install -q -r requirements/spark.txt
-    stamp_write spark-venv requirements/spark.txt
-fi
-
 if ! stamp_ok airflow-venv pyproject.toml; then
     step "Airflow environment ($venvs/airflow)"
     [[ -x "$venvs/airflow/bin/python" ]] || "$uv" venv -q -p python3.11 "$venvs/airflow"
@@ -83,30 +79,56 @@ if [[ -z "${AIRFLOW_ICEBERG_SKIP_UI:-}" ]]; then
     fi
 fi
 
-# --- The Spark jobs' jars, from Maven Central: Iceberg's Spark runtime, the MariaDB JDBC driver ------------------
-jars="$AIRFLOW_ICEBERG_JARS"
-if ! stamp_ok jars requirements/pom.xml || [[ ! -d "$jars" ]]; then
-    step "Spark jars from Maven Central ($jars)"
-    rm -rf "$jars"  # no jar of an earlier pin stays behind
-    maven -f requirements/pom.xml package -Djars.dir="$jars"
-    stamp_write jars requirements/pom.xml
-fi
+# --- The stacks: per stack, its Spark environment, its Spark jobs' jars and its Flink line's gated source -----------
+stack() { python3 scripts/stacks.py "$@"; }
 
-# --- Flink: the gated source (flink/), built by Maven against Flink from Maven Central ---------------------------
-# The image of the compose stack runs no Flink job: it sets AIRFLOW_ICEBERG_SKIP_FLINK.
-if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
-    mapfile -t flink_sources < <(find flink -type f | sort)
-    flink_build="$AIRFLOW_ICEBERG_FLINK_BUILD"
-    if ! stamp_ok flink-jar "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}") ||
-        [[ ! -f "$flink_build/classpath" ]]; then
-        step "gated Flink source ($flink_build)"
-        maven -f flink/pom.xml -Dflink.build.dir="$flink_build" -DskipTests package
-        # What the mini-cluster test job runs with: the source, the job, and their dependencies.
-        printf '%s\n' "$flink_build/airflow-iceberg-flink.jar:$flink_build/airflow-iceberg-flink-tests.jar:$(
-            cat "$flink_build/mini-cluster.classpath")" >"$flink_build/classpath"
-        stamp_write flink-jar "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}")
+setup_stack() {  # setup_stack NAME: .venv/spark-NAME, build/stacks/NAME/jars and build/stacks/NAME/flink
+    local name=$1 pyspark
+    local venv="$venvs/spark-$name" jars="$AIRFLOW_ICEBERG_BUILD/stacks/$name/jars"
+    local flink_build="$AIRFLOW_ICEBERG_BUILD/stacks/$name/flink"
+    local maven_spark maven_flink flink_sources
+    pyspark=$(stack pyspark "$name")
+    read -ra maven_spark <<<"$(stack maven-spark "$name")"
+    read -ra maven_flink <<<"$(stack maven-flink "$name")"
+
+    # A full PySpark (it ships spark-submit and Spark's jars), kept apart from Airflow's environment.
+    if ! stamp_ok "spark-venv-$name" requirements/spark.txt <(echo "$pyspark") || [[ ! -x "$venv/bin/python" ]]; then
+        step "stack $name: Spark environment, $pyspark ($venv)"
+        [[ -x "$venv/bin/python" ]] || "$uv" venv -q -p python3.11 "$venv"
+        VIRTUAL_ENV="$venv" "$uv" pip install -q -r requirements/spark.txt "$pyspark"
+        stamp_write "spark-venv-$name" requirements/spark.txt <(echo "$pyspark")
     fi
-fi
+
+    # Iceberg's Spark runtime and the MariaDB JDBC driver, from Maven Central.
+    if ! stamp_ok "jars-$name" requirements/pom.xml <(echo "${maven_spark[*]}") || [[ ! -d "$jars" ]]; then
+        step "stack $name: Spark jars from Maven Central ($jars)"
+        rm -rf "$jars"  # no jar of an earlier pin stays behind
+        maven -f requirements/pom.xml package -Djars.dir="$jars" "${maven_spark[@]}"
+        stamp_write "jars-$name" requirements/pom.xml <(echo "${maven_spark[*]}")
+    fi
+
+    # The gated Flink source for the stack's Flink line, built by Maven against Flink from Maven Central. The image
+    # of the compose stack runs no Flink job: it sets AIRFLOW_ICEBERG_SKIP_FLINK.
+    [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]] || return 0
+    mapfile -t flink_sources < <(find flink -type f | sort)
+    if ! stamp_ok "flink-$name" "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}" "${maven_flink[@]}") ||
+        [[ ! -f "$flink_build/classpath" ]]; then
+        step "stack $name: gated Flink source ($flink_build)"
+        maven -f flink/pom.xml -Dflink.build.dir="$flink_build" "${maven_flink[@]}" -DskipTests package
+        # What the mini-cluster test jobs run with: the source, the jobs, and their dependencies.
+        local line
+        line=$(stack flink-line "$name")
+        printf '%s\n' "$flink_build/airflow-iceberg-flink-$line.jar:$flink_build/airflow-iceberg-flink-$line-tests.jar:$(
+            cat "$flink_build/mini-cluster.classpath")" >"$flink_build/classpath"
+        stamp_write "flink-$name" "${flink_sources[@]}" <(printf '%s\n' "${flink_sources[@]}" "${maven_flink[@]}")
+    fi
+}
+
+stacks=("$AIRFLOW_ICEBERG_STACK")
+[[ "${AIRFLOW_ICEBERG_STACKS:-}" != all ]] || read -ra stacks <<<"$(stack names)"
+for name in "${stacks[@]}"; do
+    setup_stack "$name"
+done
 
 # --- Kafka: a broker for the CDC tests (KRaft), its jars from Maven Central; devkit/kafka_broker.py runs it ------
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then

@@ -20,8 +20,8 @@ import json
 import os
 import shutil
 import socket
-import string
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +31,8 @@ import psutil
 import pymysql
 import pytest
 import yaml
+
+from scripts import stacks
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -66,9 +68,10 @@ def shipped_spark_block(name: str) -> dict[str, list[str]]:
     return yaml.safe_load(SHIPPED_TABLE_LIST.read_text())[name]
 
 
-def shipped_jars() -> list[str]:
-    """The jar paths of the shipped table list, ``${VAR}`` expanded."""
-    return [string.Template(jar).substitute(os.environ) for jar in shipped_spark_block("x-spark-jars")["jars"]]
+def stack_jars() -> list[str]:
+    """The jars of this run's stack (``$AIRFLOW_ICEBERG_STACK``) that set-up copied: on the default stack, the
+    shipped table list's ``x-spark-jars`` (tests/unit/test_jar_pins.py keeps the two alike)."""
+    return [str(Path(os.environ["AIRFLOW_ICEBERG_JARS"]) / name) for name in stacks.current().spark_jar_files]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -82,7 +85,7 @@ def _require_environment() -> None:
     if "AIRFLOW_ICEBERG_JARS" not in os.environ:
         problems.append("AIRFLOW_ICEBERG_JARS is not set: run the suite with `make test`")
     else:
-        for jar in shipped_jars():
+        for jar in stack_jars():
             if not Path(jar).is_file():
                 problems.append(f"{jar} is missing: run `make setup`")
     if shutil.which("spark-submit") is None:
@@ -116,6 +119,7 @@ def integration_stack() -> None:
             cursor.execute(f"CREATE DATABASE `{name}`")
     warehouse = ROOT / "build" / "test-warehouse"
     shutil.rmtree(warehouse, ignore_errors=True)
+    shutil.rmtree(Path(os.environ["AIRFLOW_ICEBERG_STACK_BUILD"]) / "checks", ignore_errors=True)  # this run's
     warehouse.mkdir(parents=True)
     user = os.environ.get("AIRFLOW_ICEBERG_MYSQL_USER", "root")
     password = os.environ.get("AIRFLOW_ICEBERG_MYSQL_PASSWORD", "")
@@ -173,7 +177,7 @@ def integration_stack() -> None:
 
 def suite_defaults() -> dict[str, Any]:
     """The ``defaults`` block of the suite's table list: small waits, local Spark with the shipped list's jars."""
-    jars = shipped_jars()
+    jars = stack_jars()
     return {
         "idle_seconds": 2,
         "poke_interval": 1,
@@ -451,3 +455,52 @@ def argv_sampler():
             sampler.join(10)
 
     return sample
+
+
+# --- The stacks' checks: what `make test-stacks` (devkit/stack_checks.py) puts in its matrix -------------------
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if report.when == "call" or report.failed:  # a failure in set-up counts too
+        item.stash[_OUTCOME] = "pass" if report.passed else "fail"
+    return report
+
+
+_OUTCOME = pytest.StashKey[str]()
+
+
+class StackCheck:
+    """What a check of the stacks' matrix (a test marked ``stack_check``) measured, written when it ends to
+    ``build/stacks/<stack>/checks/<test>.json`` with its outcome, whatever the outcome."""
+
+    def __init__(self, name: str, smoke: bool) -> None:
+        self.name = name
+        self.smoke = smoke
+        self.figures: dict[str, Any] = {}
+
+    def record(self, **figures: Any) -> None:
+        self.figures.update(figures)
+
+
+@pytest.fixture
+def stack_check(request: pytest.FixtureRequest) -> Iterator[StackCheck]:
+    marker = request.node.get_closest_marker("stack_check")
+    assert marker is not None, "a test that records a stack check is marked stack_check('<its name>')"
+    check = StackCheck(marker.args[0], smoke=request.node.get_closest_marker("stack_smoke") is not None)
+    started = time.monotonic()
+    yield check
+    folder = Path(os.environ["AIRFLOW_ICEBERG_STACK_BUILD"]) / "checks"
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {
+        "stack": stacks.current().name,
+        "check": check.name,
+        "smoke": check.smoke,
+        "test": request.node.nodeid,
+        "seconds": round(time.monotonic() - started, 1),
+        "figures": check.figures,
+        "outcome": request.node.stash.get(_OUTCOME, "fail"),  # the test's call has been reported by now
+    }
+    safe = "".join(c if c.isalnum() else "_" for c in request.node.nodeid.split("::", 1)[1])
+    (folder / f"{safe}.json").write_text(json.dumps(record, indent=1, default=str))

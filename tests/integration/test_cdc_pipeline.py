@@ -22,12 +22,13 @@ from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.iceberg_runtime import missing_option
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from airflow_iceberg.planning.plan import plan_table
-from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
+from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
@@ -37,7 +38,10 @@ from devkit.writers import run_statements, spark_job_hook
 
 KEYS = 10_000
 CHANGES = 30_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
-RATE = 600  # changes per second the producer sends: 50 s of changes, through three compactions
+RATE = 600  # changes per second the producer sends: 50 s of changes
+#: At most this many changes while the compactions go on: the producer keeps sending until the last one ends, so
+#: that each compaction has a job writing beside it and the table needs work again, however fast they run.
+MOST_CHANGES = 10 * CHANGES
 PARALLELISM = 2
 POKE_SECONDS = 0.5
 JOB = {"parallelism": PARALLELISM, "poke_seconds": POKE_SECONDS}
@@ -146,9 +150,13 @@ def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
     )
 
 
+@pytest.mark.stack_check("Flink CDC upsert, gated")
+@pytest.mark.stack_smoke
 def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
-    kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path
+    kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
 ):
+    """On an Iceberg without ``remove-dangling-deletes`` (before 1.7), the delete files a compaction folded stay
+    in the table as dangling ones: they apply to nothing, and health does not count them."""
     # The table's real health thresholds (the suite's are for tiny tables), and a wait that only the writer's
     # acknowledgement ends: no rewrite starts beside a checkpoint still in flight.
     thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
@@ -160,7 +168,8 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB)
     stream = ChangeStream(kafka, topic, KEYS)
     job.start()
-    producing = threading.Thread(target=stream.produce, args=(CHANGES, RATE), daemon=True)
+    compacted = threading.Event()
+    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, RATE, compacted), daemon=True)
     producing.start()
     compactions = []
     try:
@@ -179,13 +188,24 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
             opened = max(r["at"] for r in trail if r["action"] == "open")
             results = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
             compactions.append((closed, opened, results, rewrites_between(cdc_table, closed, opened)))
+            stack_check.record(
+                compactions=len(compactions),
+                gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _, _ in compactions],
+                rewrite_failed_commits=0,
+            )
+        compacted.set()
         producing.join(timeout=300)
         assert not producing.is_alive(), "the producer did not finish"
         wait_until_committed(job, cdc_table, stream.produced)
         assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # it never restarts: a failure ends it
+        stack_check.record(writer_failed_commits=0)  # a failed commit would have ended the job
         assert len(emitted_changes(job)) == stream.produced, "a change was emitted twice"
     finally:
+        compacted.set()
         job.stop()
+    removes_dangling = (
+        missing_option("rewrite_data_files", "remove-dangling-deletes", "true", config.spark.iceberg_runtime()) is None
+    )
 
     events = job.events()
     assert sorted(events) == list(range(PARALLELISM))
@@ -196,33 +216,41 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     for number, (closed, opened, results, rewrites) in enumerate(compactions, 1):
         data = results["rewrite_data_files"]
         assert rewrites, f"compaction {number} committed no rewrite while the gate was closed"
+        before = TableStats.read_at(as_of(cdc_table, rewrites[0].parent_snapshot_id))
         folded = as_of(cdc_table, rewrites[-1].snapshot_id)
         after = TableStats.read_at(folded)
         health, plan = plan_table(folded, cdc_table, config.health.thresholds(), where)
+        removed = data.get("removed_delete_files_count", "(not reported by this Iceberg)")
         print(
             f"compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
-            f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}, "
-            f"{data['removed_delete_files_count']} delete files removed; then {after.data_files} data files, "
+            f"{before.equality_delete_files} equality-delete and {before.position_delete_files} position-delete "
+            f"files before; {data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}, "
+            f"{removed} delete files removed; then {after.data_files} data files, "
             f"{after.equality_delete_files} equality-delete and {after.position_delete_files} position-delete "
-            f"files; its health: {plan.decision}"
+            f"files ({health.dangling_delete_files} of them dangling); its health: {plan.decision}"
         )
         # Nothing emitted while the gate was closed.
         for subtask, e in events.items():
             late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
             assert late == [], f"subtask {subtask} emitted {len(late)} records during compaction {number}"
-        # Every partition it compacted (bucket partitions: the whole table) holds no equality-delete file and no
-        # dangling delete, and the health check of the table as it left it skips.
-        assert data["removed_delete_files_count"] > 0 and data["failed_data_files_count"] == 0
-        assert (after.equality_delete_files, health.dangling_delete_files) == (0, 0)
+        # Every partition it compacted (bucket partitions: the whole table) holds no equality-delete file that
+        # still applies, and none at all where Iceberg removes dangling deletes; the health check of the table as
+        # it left it skips.
+        assert data["failed_data_files_count"] == 0
+        if removes_dangling:
+            if before.equality_delete_files:  # the writer's upserts since the last compaction left some
+                assert data["removed_delete_files_count"] > 0
+            assert (after.equality_delete_files, health.dangling_delete_files) == (0, 0)
+        else:
+            left = after.equality_delete_files + after.position_delete_files
+            assert health.dangling_delete_files == left > 0, "every delete file left applies to nothing"
         assert plan.decision == "skip", plan.reason
     # No change lost or applied twice: the table holds exactly the expected row per key.
     stats = TableStats.read("lake", cdc_table)
     print(f"{stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; table now: {stats}")
-    assert read_back(table_config, cdc_table) == {
-        "row_count": len(stream.expected),
-        "keys": len(stream.expected),
-        "digest": stream.digest(),
-    }
+    exact = {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
+    stack_check.record(rows_exact=read_back(table_config, cdc_table) == exact)
+    assert read_back(table_config, cdc_table) == exact
 
 
 def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_maintenance_losing_and_repeating_nothing(
@@ -309,8 +337,9 @@ def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_main
     }
 
 
+@pytest.mark.stack_check("Flink CDC upsert, ungated")
 def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflicts(
-    kafka, cdc_table, unique_name, table_config, tmp_path
+    kafka, cdc_table, unique_name, table_config, tmp_path, stack_check
 ):
     """The control: the same load with rewrites that never close the gate. It prints what conflicted, on each side,
     and whether the table still holds the expected rows; it fails only if no Flink commit landed during a rewrite
@@ -321,11 +350,14 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
     stream = ChangeStream(kafka, topic, KEYS)
     job.start()
     # Slower than the gated tests' load, so that Flink keeps committing through the rewrites.
-    producing = threading.Thread(target=stream.produce, args=(CHANGES // 3, RATE // 2), daemon=True)
+    rewritten = threading.Event()
+    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, RATE // 2, rewritten), daemon=True)
     producing.start()
-    calls = [{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true", "remove-dangling-deletes": "true"}}]
+    # The options the compaction DAG gives this table's Iceberg (no remove-dangling-deletes before 1.7).
+    options = table_config(cdc_table).provider_options("rewrite_data_files", {"rewrite-all": True, **FULL_FOLDING})
+    calls = [{"procedure": "rewrite_data_files", "options": options}]
     rewrite_failures: list[str] = []
-    overlapped = 0
+    failed_rewrites = overlapped = 0
     try:
         for number in range(3):
             since = committed_checkpoint(cdc_table)
@@ -342,21 +374,33 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
             try:
                 hook.submit(str(RUN_PROCEDURE_JOB))
             except AirflowException:
+                failed_rewrites += 1
                 rewrite_failures += [line for line in output if "Exception" in line][:2] or ["(no exception line)"]
             ended_ms = time.time() * 1000
             # Flink committed while the rewrite ran: between its start and its end
             overlapped += any(started_ms < s.timestamp_ms < ended_ms for s in flink_snapshots(cdc_table))
             if not job.running:
                 break
+        rewritten.set()
         producing.join(timeout=180)
         writer_ran_through = job.running
         if writer_ran_through:
             wait_until_committed(job, cdc_table, stream.produced)
     finally:
+        rewritten.set()
         job.stop()
     writer_failures = [line for line in job.log().splitlines() if "Exception" in line][:3]
     state = read_back(table_config, cdc_table) if writer_ran_through else None
     matches = state == {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
+    stack_check.record(
+        rewrites=number + 1,
+        rewrites_overlapping_a_flink_commit=overlapped,
+        rewrite_failed_commits=failed_rewrites,
+        rewrite_failures=rewrite_failures,
+        writer_failed_commits=0 if writer_ran_through else 1,  # the job has no restarts: one failure ends it
+        writer_failures=writer_failures if not writer_ran_through else [],
+        rows_exact=matches,
+    )
     print(
         f"ungated, Flink upsert: 3 rewrites, {overlapped} with a Flink commit during them; rewrite failures: "
         f"{rewrite_failures or 'none'}; Flink job {'ran through' if writer_ran_through else 'failed'}: "

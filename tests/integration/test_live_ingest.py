@@ -29,8 +29,10 @@ def table_rows(table: str) -> list[tuple[int, int, str]]:
     return list(zip(arrow["key"].to_pylist(), arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=True))
 
 
+@pytest.mark.stack_check("Spark merge-on-read writer, gated")
+@pytest.mark.stack_smoke
 def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
-    unique_name, table_config, compaction_dag, tmp_path
+    unique_name, table_config, compaction_dag, tmp_path, stack_check
 ):
     table = f"lake.live.{unique_name}"
     job = IngestJob(table_config(table), tmp_path / "ingest", trigger_seconds=TRIGGER_SECONDS).start()
@@ -50,8 +52,17 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
                 files_after_last_compaction = TableStats.read("lake", table).data_files
             job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
             figures.append(measure(run, TableName.parse(table), job))
+            stack_check.record(
+                compactions=len(figures),
+                gate_closed_seconds=[f.gate_closed_seconds for f in figures],
+                rewrite_failed_commits=0,  # each run succeeded
+            )
     finally:
         finals.append(job.stop())
+    stack_check.record(
+        writer_failed_commits=sum(f["failed_commits"] for f in finals),
+        writer_failures=[failure for f in finals for failure in f["failures"]][:3],
+    )
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
 
     # Both sides: no failed commit. Every compaction task succeeded at its first try.
@@ -66,6 +77,8 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
     max_value = finals[-1]["max_value"]
     rows = table_rows(table)
     keys = [key for key, _, _ in rows]
+    exact = len(keys) == len(set(keys)) and dict((k, (v, p)) for k, v, p in rows) == expected_rows(max_value, job.keys)
+    stack_check.record(rows_exact=exact)
     assert len(keys) == len(set(keys)), "a key appears twice"
     assert {key: (value, payload) for key, value, payload in rows} == expected_rows(max_value, job.keys)
     # The last compaction left few files: one per bucket, plus what the writer added before they were counted.
@@ -109,12 +122,18 @@ def test_gated_compactions_of_a_format_v3_table_fold_sparks_deletion_vectors_wit
     assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
 
 
-@pytest.mark.parametrize("format_version", [2, 3], ids=["v2-position-deletes", "v3-deletion-vectors"])
+@pytest.mark.parametrize(
+    "format_version",
+    [pytest.param(2, marks=pytest.mark.stack_check("Spark merge-on-read writer, ungated")), 3],
+    ids=["v2-position-deletes", "v3-deletion-vectors"],
+)
 def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
-    unique_name, table_config, tmp_path, format_version
+    unique_name, table_config, tmp_path, format_version, request
 ):
     table = f"lake.live.{unique_name}"
     config = table_config(table)
+    check = request.getfixturevalue("stack_check") if format_version == 2 else None
+    rewrites = failed_rewrites = 0
     job = IngestJob(
         config, tmp_path / "ingest", gated=False, trigger_seconds=TRIGGER_SECONDS, format_version=format_version
     ).start()
@@ -130,9 +149,11 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
                 gated=False,
                 on_line=output.append,
             )
+            rewrites += 1
             try:
                 hook.submit(str(RUN_PROCEDURE_JOB))
             except AirflowException:
+                failed_rewrites += 1
                 compaction_conflicts += [line for line in output if "ValidationException" in line]
             writer_conflicts = [
                 line for line in job.output if "COMMIT FAILED" in line and "ValidationException" in line
@@ -143,6 +164,14 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
         final = job.stop()
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
     writer_conflicts = [failure for failure in final["failures"] if "ValidationException" in failure]
+    if check is not None:
+        check.record(
+            rewrites=rewrites,
+            rewrite_failed_commits=failed_rewrites,
+            rewrite_failures=compaction_conflicts[:2],
+            writer_failed_commits=final["failed_commits"],
+            writer_failures=writer_conflicts[:2],
+        )
     print(
         f"ungated, Spark MERGE on format v{format_version}: rewrite conflicts {compaction_conflicts[:3]}; "
         f"writer conflicts {writer_conflicts[:3]}"

@@ -74,7 +74,10 @@ def data_file_paths(table: str) -> set[str]:
     return {f["file_path"] for f in files if f["content"] == 0}
 
 
-def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapshot(writer, compaction_dag):
+@pytest.mark.stack_check("daily full rewrite and maintenance")
+def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapshot(
+    writer, compaction_dag, gate_hook, stack_check
+):
     table = writer.table
     writer.commit(), writer.commit(), writer.commit()  # a few checkpoints before the writer goes live
     writer.start()
@@ -89,6 +92,18 @@ def test_daily_run_deletes_replaced_files_and_keeps_the_newest_checkpoint_snapsh
 
     run = load_dag(full_rewrite_dag_id(TableName.parse(table))).test()
     writer.join(60)
+    trail = [r for r in gate_hook.audit_trail(table) if r["owner_run_id"] == run.run_id]
+    closed = [r["at"] for r in trail if r["action"] == "close"]
+    opened = [r["at"] for r in trail if r["action"] == "open"]
+    written = {i for k in range(1, len(writer.commits) + 1) for i in range(k * 10, k * 10 + 10)}
+    ids = IcebergHook("lake").load_table(table.split(".", 1)[1]).scan().to_arrow()["id"].to_pylist()
+    stack_check.record(
+        gate_closed_seconds=[round((max(opened) - min(closed)).total_seconds(), 1)] if closed and opened else [],
+        rewrite_failed_commits=0 if run.state == "success" else 1,
+        writer_failed_commits=0 if writer.error is None else 1,
+        rows_exact=len(ids) == len(set(ids)) and set(ids) == written,
+        tasks={ti.task_id: ti.state for ti in run.get_task_instances()},
+    )
 
     assert writer.error is None and not writer.is_alive()
     assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}

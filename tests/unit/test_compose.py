@@ -101,3 +101,12 @@ def test_docker_compose_config_accepts_the_file():
         text=True,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_the_image_runs_the_default_stacks_spark_and_jars():
+    from scripts import stacks
+
+    default = stacks.load().default
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f".venv/spark-{default}/bin" in dockerfile and f"build/stacks/{default}/jars" in dockerfile
+    assert "/.venv/spark/" not in dockerfile

@@ -1,4 +1,5 @@
-"""One pin per jar: requirements/pom.xml's coordinates are what the table list, flink/pom.xml and the docs say."""
+"""One pin per version: the stacks' matrix (requirements/stacks.toml) is what the Maven builds, the shipped table
+list and the docs use, and no build file pins a version of its own."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from pathlib import Path
 
 import yaml
 
+from scripts import stacks
+
 ROOT = Path(__file__).resolve().parents[2]
 POM = "{http://maven.apache.org/POM/4.0.0}"
+MATRIX = stacks.load()
+DEFAULT = MATRIX[MATRIX.default]
 
 
 def pom_properties(path: Path) -> dict[str, str]:
@@ -17,51 +22,41 @@ def pom_properties(path: Path) -> dict[str, str]:
     return {child.tag.removeprefix(POM): (child.text or "").strip() for child in properties}
 
 
-def spark_jar_coordinates() -> list[str]:
-    """group:artifact:version of each jar requirements/pom.xml copies into build/jars, properties resolved."""
-    path = ROOT / "requirements" / "pom.xml"
-    properties = pom_properties(path)
-    resolved = []
-    for item in ET.parse(path).getroot().iter(f"{POM}artifactItem"):
-        group, artifact, version = (item.find(POM + tag).text.strip() for tag in ("groupId", "artifactId", "version"))
-        version = re.sub(r"\$\{([^}]+)\}", lambda m: properties[m.group(1)], version)
-        resolved.append(f"{group}:{artifact}:{version}")
-    return resolved
-
-
 def shipped_table_list() -> dict:
     return yaml.safe_load((ROOT / "dags" / "iceberg_tables.yaml").read_text())
 
 
-def test_the_pom_copies_iceberg_for_spark_3_5_and_the_catalogs_jdbc_driver():
-    artifacts = [coordinate.rsplit(":", 1)[0] for coordinate in spark_jar_coordinates()]
-    assert artifacts == ["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12", "org.mariadb.jdbc:mariadb-java-client"]
+def test_the_shipped_packages_are_the_default_stacks():
+    assert shipped_table_list()["x-spark-packages"]["packages"] == DEFAULT.spark_packages
 
 
-def test_the_shipped_packages_are_the_pinned_coordinates():
-    assert shipped_table_list()["x-spark-packages"]["packages"] == spark_jar_coordinates()
-
-
-def test_the_shipped_jars_are_the_files_the_pom_copies_into_build_jars():
-    expected = []
-    for coordinate in spark_jar_coordinates():
-        _, artifact, version = coordinate.split(":")
-        expected.append(f"${{AIRFLOW_ICEBERG_JARS}}/{artifact}-{version}.jar")
+def test_the_shipped_jars_are_the_files_set_up_copies_for_the_default_stack():
+    expected = [f"${{AIRFLOW_ICEBERG_JARS}}/{name}" for name in DEFAULT.spark_jar_files]
     assert shipped_table_list()["x-spark-jars"]["jars"] == expected
+    assert shipped_table_list()["defaults"]["spark"]["jars"] == expected  # the embedded default loads them
 
 
-def test_the_embedded_default_loads_iceberg_from_the_jars():
-    assert shipped_table_list()["defaults"]["spark"]["jars"] == shipped_table_list()["x-spark-jars"]["jars"]
+def test_the_maven_builds_take_every_stack_version_from_the_matrix_and_pin_none():
+    spark_keys = set(DEFAULT.maven_spark_properties())
+    flink_keys = set(DEFAULT.maven_flink_properties())
+    assert not spark_keys & set(pom_properties(ROOT / "requirements" / "pom.xml"))
+    assert not flink_keys & set(pom_properties(ROOT / "flink" / "pom.xml"))
+    for path, keys in ((ROOT / "requirements" / "pom.xml", spark_keys), (ROOT / "flink" / "pom.xml", flink_keys)):
+        used = set(re.findall(r"\$\{([a-z.]+)\}", path.read_text()))
+        assert keys <= used, f"{path.name} does not use {sorted(keys - used)}"
 
 
-def test_flink_and_spark_use_one_jdbc_driver_version():
-    spark = pom_properties(ROOT / "requirements" / "pom.xml")
-    flink = pom_properties(ROOT / "flink" / "pom.xml")
-    assert flink["mariadb.version"] == spark["mariadb.version"]
+def test_each_stacks_scala_is_its_pyspark_packages():
+    for stack in MATRIX.stacks.values():  # the full PySpark ships Scala 2.12 jars up to 3.5, 2.13 from 4.0
+        assert stack.scala == ("2.13" if stack.spark_line.startswith("4.") else "2.12"), stack.name
 
 
-def test_the_docs_name_the_pinned_iceberg_runtime():
-    pinned = pom_properties(ROOT / "requirements" / "pom.xml")["iceberg.version"]
+def test_the_docs_name_only_runtimes_of_the_matrix():
+    spark = {(s.spark_line, s.scala, s.iceberg_spark) for s in MATRIX.stacks.values()}
+    flink = {(s.flink_line, s.iceberg_flink) for s in MATRIX.stacks.values()}
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        named = set(re.findall(r"iceberg-spark-runtime-3\.5_2\.12[:-](\d+\.\d+\.\d+)", path.read_text()))
-        assert named <= {pinned}, f"{path.name} names Iceberg {sorted(named)}, the pin is {pinned}"
+        text = path.read_text()
+        named = set(re.findall(r"iceberg-spark-runtime-(\d+\.\d+)_(\d+\.\d+)[:-](\d+\.\d+\.\d+)", text))
+        assert named <= spark, f"{path.name} names {sorted(named - spark)}, which no stack has"
+        named_flink = set(re.findall(r"iceberg-flink-runtime-(\d+\.\d+)[:-](\d+\.\d+\.\d+)", text))
+        assert named_flink <= flink, f"{path.name} names {sorted(named_flink - flink)}, which no stack has"

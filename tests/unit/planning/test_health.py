@@ -43,7 +43,10 @@ def test_a_deletion_vector_dangles_once_the_data_file_it_names_is_gone():
     assert not _may_apply(vector, 5, 1, {"file:///d/b.parquet"})
 
 
-def test_health_read_from_a_real_tables_manifests(tmp_path):
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_health_read_from_a_real_tables_manifests_of_format_v1_and_v2(tmp_path, format_version):
+    """Format v3, which pyiceberg cannot write yet, is read from Spark's tables with deletion vectors in
+    tests/integration/test_live_ingest.py."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.schema import Schema
@@ -54,13 +57,16 @@ def test_health_read_from_a_real_tables_manifests(tmp_path):
     catalog.create_namespace("db")
     schema = Schema(NestedField(1, "id", LongType()), NestedField(2, "day", DateType()))
     spec = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="day"))
-    table = catalog.create_table("db.t", schema=schema, partition_spec=spec)
+    table = catalog.create_table(
+        "db.t", schema=schema, partition_spec=spec, properties={"format-version": str(format_version)}
+    )
     arrow = pa.schema([pa.field("id", pa.int64(), nullable=True), pa.field("day", pa.date32(), nullable=True)])
     for batch in range(3):  # three commits: three files in each of two day partitions
         ids = list(range(batch * 100, batch * 100 + 100))
         days = [date(2024, 6, 20) if i % 2 else date(2024, 6, 21) for i in ids]
         table.append(pa.table({"id": ids, "day": days}, schema=arrow))
     table = catalog.load_table("db.t")
+    assert table.metadata.format_version == format_version
 
     health = read_health(table, "lake.db.t", small_file_ratio=0.75, target=10 * 1024 * 1024)
 

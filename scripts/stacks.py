@@ -1,0 +1,164 @@
+"""The stacks airflow-iceberg is tested on, read from their one declaration, ``requirements/stacks.toml``.
+
+Standard library only: ``scripts/setup.sh`` runs it with the machine's Python before any environment exists, and
+the tests, ``make test-stacks`` and ``make docs`` import it. Everything a stack's set-up needs is derived here from
+the versions the file gives: Maven coordinates, the properties each Maven build takes, PySpark's requirement.
+
+    python3 scripts/stacks.py default            # the default stack's name
+    python3 scripts/stacks.py names              # every stack's name, in the file's order
+    python3 scripts/stacks.py pyspark NAME       # PySpark's requirement, for pip
+    python3 scripts/stacks.py flink-line NAME    # the stack's Flink line, e.g. 1.20
+    python3 scripts/stacks.py maven-spark NAME   # -D properties of requirements/pom.xml (the Spark jobs' jars)
+    python3 scripts/stacks.py maven-flink NAME   # -D properties of flink/pom.xml (the Flink line's artifact)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import tomllib
+
+MATRIX_FILE = Path(__file__).resolve().parents[1] / "requirements" / "stacks.toml"
+#: Names the stack of the environment: scripts/env.sh sets it (the matrix's default unless given).
+STACK_ENV = "AIRFLOW_ICEBERG_STACK"
+
+
+def _line(version: str) -> str:
+    """``1.20`` of ``1.20.3``: the line a release belongs to."""
+    return ".".join(version.split(".")[:2])
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One named stack: the versions of Flink, Spark and Iceberg a user runs together, and what they bring."""
+
+    name: str
+    summary: str
+    flink: str
+    flink_kafka: str
+    iceberg_flink: str
+    pyspark: str
+    scala: str
+    iceberg_spark: str
+    mariadb_jdbc: str
+    jdk: int
+
+    @property
+    def flink_line(self) -> str:
+        return _line(self.flink)
+
+    @property
+    def spark_line(self) -> str:
+        return _line(self.pyspark)
+
+    @property
+    def flink_artifact(self) -> str:
+        """This project's gated Flink source for the stack's Flink line, as Iceberg names its runtimes."""
+        return f"airflow-iceberg-flink-{self.flink_line}"
+
+    @property
+    def iceberg_spark_runtime(self) -> str:
+        return f"org.apache.iceberg:iceberg-spark-runtime-{self.spark_line}_{self.scala}:{self.iceberg_spark}"
+
+    @property
+    def iceberg_flink_runtime(self) -> str:
+        return f"org.apache.iceberg:iceberg-flink-runtime-{self.flink_line}:{self.iceberg_flink}"
+
+    @property
+    def jdbc_driver(self) -> str:
+        return f"org.mariadb.jdbc:mariadb-java-client:{self.mariadb_jdbc}"
+
+    @property
+    def spark_packages(self) -> list[str]:
+        """What a table list's ``spark.packages`` gives the rewrite jobs on this stack."""
+        return [self.iceberg_spark_runtime, self.jdbc_driver]
+
+    @property
+    def spark_jar_files(self) -> list[str]:
+        """The file names Maven copies those packages to (``artifact-version.jar``)."""
+        return [f"{coordinate.split(':')[1]}-{coordinate.split(':')[2]}.jar" for coordinate in self.spark_packages]
+
+    def maven_spark_properties(self) -> dict[str, str]:
+        return {
+            "spark.line": self.spark_line,
+            "scala.binary": self.scala,
+            "iceberg.version": self.iceberg_spark,
+            "mariadb.version": self.mariadb_jdbc,
+        }
+
+    def maven_flink_properties(self) -> dict[str, str]:
+        return {
+            "flink.version": self.flink,
+            "flink.line": self.flink_line,
+            "flink.kafka.version": self.flink_kafka,
+            "iceberg.version": self.iceberg_flink,
+            "mariadb.version": self.mariadb_jdbc,
+        }
+
+
+@dataclass(frozen=True)
+class Matrix:
+    default: str
+    stacks: dict[str, Stack]
+    #: The Airflow releases the provider is installed into and tested on, oldest first.
+    airflow: list[str]
+
+    def __getitem__(self, name: str) -> Stack:
+        try:
+            return self.stacks[name]
+        except KeyError:
+            raise KeyError(f"no stack {name!r} in {MATRIX_FILE.name}; known: {', '.join(self.stacks)}") from None
+
+
+def load(path: Path = MATRIX_FILE) -> Matrix:
+    """The matrix, each stack checked for exactly the keys a stack has."""
+    document = tomllib.loads(path.read_text())
+    keys = {field.name.replace("_", "-") for field in fields(Stack)} - {"name"}
+    stacks = {}
+    for name, entry in document["stacks"].items():
+        if set(entry) != keys:
+            raise ValueError(
+                f"{path.name}: stack {name!r} has keys {sorted(entry)}; a stack has exactly {sorted(keys)}"
+            )
+        stacks[name] = Stack(name=name, **{key.replace("-", "_"): value for key, value in entry.items()})
+    matrix = Matrix(default=document["default"], stacks=stacks, airflow=list(document["airflow"]["tested"]))
+    matrix[matrix.default]  # the default names a stack
+    return matrix
+
+
+def current() -> Stack:
+    """The stack of this environment: ``$AIRFLOW_ICEBERG_STACK``, else the matrix's default."""
+    matrix = load()
+    return matrix[os.environ.get(STACK_ENV) or matrix.default]
+
+
+def _maven_arguments(properties: dict[str, str]) -> str:
+    return " ".join(f"-D{key}={value}" for key, value in properties.items())
+
+
+def main(argv: list[str]) -> int:
+    matrix = load()
+    commands = {
+        "default": lambda: matrix.default,
+        "names": lambda: " ".join(matrix.stacks),
+        "pyspark": lambda name: f"pyspark=={matrix[name].pyspark}",
+        "flink-line": lambda name: matrix[name].flink_line,
+        "maven-spark": lambda name: _maven_arguments(matrix[name].maven_spark_properties()),
+        "maven-flink": lambda name: _maven_arguments(matrix[name].maven_flink_properties()),
+    }
+    if not argv or argv[0] not in commands:
+        print(f"usage: stacks.py {{{'|'.join(commands)}}} [NAME]", file=sys.stderr)
+        return 2
+    try:
+        print(commands[argv[0]](*argv[1:]))
+    except (KeyError, TypeError) as error:
+        print(f"stacks.py: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,73 @@
+"""The stacks' matrix as scripts/stacks.py reads it: what each stack derives, and what set-up asks of it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from scripts import stacks
+
+SCRIPT = Path(stacks.__file__)
+
+
+def run(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *arguments], capture_output=True, text=True, check=False)
+
+
+def test_the_matrix_names_the_three_stacks_and_a_default_among_them():
+    matrix = stacks.load()
+    assert list(matrix.stacks) == ["original", "lts", "newest"]
+    assert matrix.default in matrix.stacks
+
+
+def test_the_original_stack_is_the_designs_flink_1_18_spark_3_4_and_iceberg_1_5():
+    original = stacks.load()["original"]
+    assert (original.flink_line, original.spark_line, original.iceberg_spark) == ("1.18", "3.4", "1.5.2")
+    assert original.iceberg_spark_runtime == "org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.5.2"
+    assert original.iceberg_flink_runtime == "org.apache.iceberg:iceberg-flink-runtime-1.18:1.5.2"
+    assert original.flink_artifact == "airflow-iceberg-flink-1.18"
+    assert original.spark_jar_files == ["iceberg-spark-runtime-3.4_2.12-1.5.2.jar", "mariadb-java-client-3.5.7.jar"]
+
+
+def test_set_up_gets_pyspark_and_each_maven_builds_properties_from_the_command_line():
+    assert run("pyspark", "original").stdout.strip() == "pyspark==3.4.4"
+    assert run("maven-spark", "original").stdout.split() == [
+        "-Dspark.line=3.4",
+        "-Dscala.binary=2.12",
+        "-Diceberg.version=1.5.2",
+        "-Dmariadb.version=3.5.7",
+    ]
+    assert "-Dflink.line=1.18" in run("maven-flink", "original").stdout.split()
+    assert run("default").stdout.strip() == stacks.load().default
+
+
+def test_an_unknown_stack_is_refused_naming_the_known_ones():
+    result = run("pyspark", "ancient")
+    assert result.returncode == 2
+    assert "no stack 'ancient' in stacks.toml; known: original, lts, newest" in result.stderr
+
+
+def test_a_stack_with_a_missing_or_unknown_key_is_refused_naming_it(tmp_path):
+    text = stacks.MATRIX_FILE.read_text().replace("jdk = 17\n", 'jdk = 17\nspark = "3.4"\n', 1)
+    (tmp_path / "stacks.toml").write_text(text)
+    with pytest.raises(ValueError, match="stack 'original' has keys .*'spark'.*; a stack has exactly"):
+        stacks.load(tmp_path / "stacks.toml")
+
+
+def test_the_environments_stack_is_the_default_unless_named(monkeypatch):
+    monkeypatch.delenv(stacks.STACK_ENV, raising=False)
+    assert stacks.current().name == stacks.load().default
+    monkeypatch.setenv(stacks.STACK_ENV, "newest")
+    assert stacks.current().spark_line == "4.1"
+
+
+def test_the_oldest_airflow_tested_is_the_one_pyproject_allows_first():
+    pyproject = tomllib.loads((Path(stacks.__file__).parents[1] / "pyproject.toml").read_text())
+    [airflow] = [d for d in pyproject["project"]["dependencies"] if d.startswith("apache-airflow>")]
+    oldest, newest = stacks.load().airflow[0], stacks.load().airflow[-1]
+    assert airflow == f"apache-airflow>={'.'.join(oldest.split('.')[:2])}"  # and no cap below the next major
+    assert (oldest.split(".")[0], newest.split(".")[:2]) == ("3", ["3", "3"])
