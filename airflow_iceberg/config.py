@@ -6,6 +6,7 @@ the file and validating each entry is ``table_list.py``; ``docs/configuration.md
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -42,6 +43,15 @@ RENAMED_SETTINGS = {"poke_seconds": "poke_interval", "spark_pool_slots": "spark_
 #: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
 #: rewrite would leave a streaming upsert's equality deletes behind for ever, and health would keep counting them.
 DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
+
+
+@functools.cache
+def triggerer_shares_streams() -> bool:
+    """Whether this Airflow's triggerer runs watchers of one ``shared_stream_key`` on one stream (3.3 and later):
+    without it, every table's trigger would sweep its whole catalog."""
+    from airflow.triggers.base import BaseEventTrigger
+
+    return hasattr(BaseEventTrigger, "shared_stream_key")
 
 
 def spark_pool_name(spark_conn_id: str) -> str:
@@ -190,10 +200,11 @@ class HealthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    watch: bool = Field(
-        default=True,
+    watch: bool | None = Field(
+        default=None,
         description="Watch health in the triggerer and start a run when the table needs work (an asset-scheduled "
-        "DAG); false: only the table's schedule and manual runs",
+        "DAG); false: only the table's schedule and manual runs. Unset: on with Airflow 3.3 and later, whose "
+        "triggerer shares one catalog sweep among a catalog's watched tables; off below 3.3, where true is refused",
     )
     poll_interval: float = Field(
         default=60, ge=5, description="Seconds between sweeps of the catalog; tables with the same one share a sweep"
@@ -213,6 +224,24 @@ class HealthConfig(BaseModel):
     max_equality_delete_records: int | None = Field(
         default=None, ge=1, description="Records in a partition's equality-delete files that trigger one; unset: not"
     )
+
+    @field_validator("watch")
+    @classmethod
+    def _watch_needs_shared_streams(cls, value: bool | None) -> bool | None:
+        if value and not triggerer_shares_streams():
+            from airflow import __version__
+
+            raise ValueError(
+                f"health.watch needs Airflow 3.3 or newer, whose triggerer shares one catalog sweep among the watched "
+                f"tables; this Airflow is {__version__}. Set health.watch: false (or leave it out) and give the "
+                "table a schedule: each scheduled run plans from health the same way and skips a healthy table"
+            )
+        return value
+
+    @property
+    def watching(self) -> bool:
+        """Whether the triggerer watches the table's health: ``watch``, or unset, whether Airflow can share sweeps."""
+        return self.enabled and (triggerer_shares_streams() if self.watch is None else self.watch)
 
     def thresholds(self) -> HealthThresholds:
         return HealthThresholds(**self.model_dump(exclude={"enabled", "watch", "poll_interval", "cooldown_minutes"}))
@@ -368,7 +397,7 @@ class TableConfig(BaseModel):
 
     @model_validator(mode="after")
     def _schedule_goes_with_the_watch(self) -> TableConfig:
-        if self.health.enabled and self.health.watch and self.schedule in ("@once", "@continuous"):
+        if self.health.watching and self.schedule in ("@once", "@continuous"):
             raise ValueError(
                 f"schedule {self.schedule!r} cannot go with the health watch: give a cron expression or preset as a "
                 "safety net, or set health.watch: false"

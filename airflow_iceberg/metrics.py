@@ -34,15 +34,15 @@ RUN_GAUGES = ("data_files_before", "data_files_after", "delete_files_before", "d
 def emit_run(record: Mapping[str, Any]) -> None:
     """Send the metrics of one finished run, from its run record (``WriteGateHook.run_records`` row)."""
     try:
-        from airflow.sdk.observability import stats
+        from airflow.providers.common.compat.sdk import Stats
 
         table = {"table": str(record["table_name"])}
-        stats.incr("iceberg.run.finished", tags={**table, "outcome": record["outcome"], "decision": record["decision"]})
+        Stats.incr("iceberg.run.finished", tags={**table, "outcome": record["outcome"], "decision": record["decision"]})
         for column in RUN_GAUGES:
             if record.get(column) is not None:
-                stats.gauge(f"iceberg.run.{column}", record[column], tags=table)
+                Stats.gauge(f"iceberg.run.{column}", record[column], tags=table)
         if record.get("gate_closed_seconds") is not None:
-            stats.timing("iceberg.run.gate_closed", float(record["gate_closed_seconds"]) * 1000, tags=table)
+            Stats.timing("iceberg.run.gate_closed", float(record["gate_closed_seconds"]) * 1000, tags=table)
     except Exception:  # a metrics backend that fails must not fail the run it reports
         log.exception("Could not send the metrics of run %s of %s", record.get("run_id"), record.get("table_name"))
 
@@ -50,8 +50,8 @@ def emit_run(record: Mapping[str, Any]) -> None:
 def emit_sweep(catalog: str, needing_work: int) -> None:
     """Send how many tables of ``catalog`` (an Iceberg connection id) a health sweep found needing work."""
     try:
-        from airflow.sdk.observability import stats
+        from airflow.providers.common.compat.sdk import Stats
 
-        stats.gauge("iceberg.health.tables_needing_work", needing_work, tags={"catalog": catalog})
+        Stats.gauge("iceberg.health.tables_needing_work", needing_work, tags={"catalog": catalog})
     except Exception:
         log.exception("Could not send the health metrics of %s", catalog)

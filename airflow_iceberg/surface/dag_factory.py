@@ -235,10 +235,11 @@ def _dag(dag_id: str, config: TableConfig, **kwargs: Any) -> DAG:
 def compaction_schedule(config: TableConfig) -> Any:
     """The compaction DAG's schedule: the table's health watch (an Asset), its cron, or both (either starts a run).
 
-    Without a watch (``health.watch: false``, or health planning off) it is the table's ``schedule`` alone.
+    Without a watch (``health.watch: false``, health planning off, or an Airflow older than 3.3) it is the table's
+    ``schedule`` alone.
     """
     health = config.health
-    if not (health.enabled and health.watch):
+    if not health.watching:
         return config.schedule
     from airflow_iceberg.triggers.table_health import TableHealthTrigger, health_asset
 
