@@ -246,18 +246,39 @@ def read_health(
     )
 
 
-def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_paths: set[str]) -> bool:
-    """Whether a delete file can still delete a row of a live data file of its partition (else it is dangling).
+#: The field id of a position-delete file's ``file_path`` column (Iceberg's ``MetadataColumns.DELETE_FILE_PATH``).
+DELETE_FILE_PATH_ID = 2147483546
 
-    Iceberg's rule: an equality delete applies to the partition's data files of a lower sequence number, a
-    position delete to those of a lower or equal one. A delete file that names its one data file
-    (``referenced_data_file``) applies only while that file is live; pyiceberg 0.12 does not expose that field
-    yet, so today the sequence rule decides for every file, which keeps a file-scoped position delete of a
-    replaced file counted until a newer rewrite.
+
+def referenced_data_file(delete_file: Any) -> str | None:
+    """The one data file a position-delete file names, or None if it may name several (or is no position delete).
+
+    Its ``referenced_data_file`` where the writer set it (format v3); else, as Iceberg's
+    ``ContentFileUtil.referencedDataFile`` reads it, equal lower and upper bounds of its ``file_path`` column: a
+    writer keeps those bounds only for a delete file that names one data file (Iceberg 1.4 and later), and in
+    full (since 1.2), so equal bounds are that file's path.
     """
     from pyiceberg.manifest import DataFileContent
 
     referenced = getattr(delete_file, "referenced_data_file", None)
+    if referenced or delete_file.content != DataFileContent.POSITION_DELETES:
+        return referenced or None
+    lower = (getattr(delete_file, "lower_bounds", None) or {}).get(DELETE_FILE_PATH_ID)
+    upper = (getattr(delete_file, "upper_bounds", None) or {}).get(DELETE_FILE_PATH_ID)
+    return bytes(lower).decode() if lower is not None and lower == upper else None
+
+
+def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_paths: set[str]) -> bool:
+    """Whether a delete file can still delete a row of a live data file of its partition (else it is dangling).
+
+    Iceberg's rule: an equality delete applies to the partition's data files of a lower sequence number, a
+    position delete to those of a lower or equal one. A position delete that names its one data file
+    (:func:`referenced_data_file`) applies only while that file is live: after a rewrite of that file it dangles,
+    though its sequence number may equal the rewritten files' (a rewrite keeps its starting one).
+    """
+    from pyiceberg.manifest import DataFileContent
+
+    referenced = referenced_data_file(delete_file)
     if referenced:
         return referenced in data_paths
     if oldest_data is None:

@@ -43,6 +43,28 @@ def test_a_deletion_vector_dangles_once_the_data_file_it_names_is_gone():
     assert not _may_apply(vector, 5, 1, {"file:///d/b.parquet"})
 
 
+def test_a_position_delete_whose_path_bounds_name_one_data_file_dangles_once_that_file_is_gone():
+    """Flink's file-scoped position deletes (Iceberg 1.6+) and Spark's name one data file in equal bounds."""
+    from types import SimpleNamespace
+
+    from pyiceberg.manifest import DataFileContent
+
+    from airflow_iceberg.planning.health import DELETE_FILE_PATH_ID, _may_apply, referenced_data_file
+
+    def delete(lower: bytes | None, upper: bytes | None) -> SimpleNamespace:
+        bounds = [{DELETE_FILE_PATH_ID: bound} if bound is not None else {} for bound in (lower, upper)]
+        return SimpleNamespace(content=DataFileContent.POSITION_DELETES, lower_bounds=bounds[0], upper_bounds=bounds[1])
+
+    one = delete(b"file:///d/a.parquet", b"file:///d/a.parquet")
+    assert referenced_data_file(one) == "file:///d/a.parquet"
+    assert not _may_apply(one, 5, 5, {"file:///d/b.parquet"})  # rewritten away: by sequence alone it would apply
+    assert _may_apply(one, 5, 5, {"file:///d/a.parquet"})
+    several = delete(b"file:///d/a.parquet", b"file:///d/b.parquet")
+    for unknown in (several, delete(None, None)):  # several files, or bounds dropped for several (Iceberg 1.4+)
+        assert referenced_data_file(unknown) is None
+        assert _may_apply(unknown, 5, 5, {"file:///d/c.parquet"})  # the sequence rule decides
+
+
 @pytest.mark.parametrize("format_version", [1, 2])
 def test_health_read_from_a_real_tables_manifests_of_format_v1_and_v2(tmp_path, format_version):
     """Format v3, which pyiceberg cannot write yet, is read from Spark's tables with deletion vectors in
