@@ -34,7 +34,7 @@ def test_the_original_stack_is_the_designs_flink_1_18_spark_3_4_and_iceberg_1_5(
 
 
 def test_set_up_gets_pyspark_and_each_maven_builds_properties_from_the_command_line():
-    assert run("pyspark", "original").stdout.strip() == "pyspark==3.4.4"
+    assert run("pyspark", "original").stdout.strip() == "pyspark==3.4.3"
     assert run("maven-spark", "original").stdout.split() == [
         "-Dspark.line=3.4",
         "-Dscala.binary=2.12",
