@@ -3,7 +3,8 @@
 :class:`ChangeStream` produces inserts, updates and deletes of a fixed set of keys to a Kafka topic and keeps the
 state they should leave; :class:`CdcJob` runs ``CdcUpsertJob`` (``flink/src/test/.../testjob``, the README's
 template: ``KafkaSource`` in ``GatedSource``, then Flink's ``IcebergSink`` in upsert mode keyed by ``id``,
-checkpointing every 2 s) on a table of the JDBC catalog. :func:`create_cdc_table` makes such a table.
+checkpointing every 2 s unless told otherwise) on a table of the JDBC catalog. :func:`create_cdc_table` makes
+such a table.
 """
 
 from __future__ import annotations
@@ -115,6 +116,7 @@ class CdcJob(FlinkJob):
         gate_conn_id: str = "write_gate_writer",
         checkpoints: Path | None = None,
         restore_from: Path | None = None,
+        checkpoint_ms: int = 2000,
     ) -> None:
         catalog, identifier = table.split(".", 1)
         settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
@@ -136,6 +138,7 @@ class CdcJob(FlinkJob):
             "poke-ms": int(poke_seconds * 1000),
             "parallelism": parallelism,
             "checkpoint-dir": self.checkpoints.as_uri(),
+            "checkpoint-ms": checkpoint_ms,
         }
         if restore_from is not None:
             options["restore-from"] = restore_from.as_uri()

@@ -115,6 +115,12 @@ def matrix(names: list[str]) -> str:
                 if "rewrites_overlapping_a_flink_commit" in figures
                 else ""
             )
+            + (
+                f"; position-delete files naming several data files: "
+                f"{figures['position_delete_files_naming_several_data_files']}"
+                if "position_delete_files_naming_several_data_files" in figures
+                else ""
+            )
         )
         for side in ("rewrite_failures", "writer_failures"):
             for line in figures.get(side) or []:

@@ -40,7 +40,7 @@ import org.apache.iceberg.flink.TableLoader;
  *
  * <p>Arguments: {@code --bootstrap --topic --group --catalog (its name, "lake") --catalog-uri (JDBC) --catalog-user
  * --warehouse --table (namespace.name) --gate-url --gate-user --writer-id --poke-ms --parallelism
- * --checkpoint-dir (file:// URI; checkpoints are kept when the job stops) --restore-from (a checkpoint's
+ * --checkpoint-ms (the checkpoint interval; 2000 unless given) --checkpoint-dir (file:// URI; checkpoints are kept when the job stops) --restore-from (a checkpoint's
  * directory; optional) --events (the recorder's directory)}. The gate and catalog passwords come from the
  * environment: {@code AIRFLOW_ICEBERG_GATE_PASSWORD}, {@code AIRFLOW_ICEBERG_CATALOG_PASSWORD}. A failure is not
  * retried: it ends the job, and the test sees it.
@@ -69,7 +69,7 @@ public final class CdcUpsertJob {
                 Configuration.fromMap(settings));
         int parallelism = params.getInt("parallelism", 2);
         env.setParallelism(parallelism);
-        env.enableCheckpointing(2000);  // exactly once, Flink's default mode
+        env.enableCheckpointing(params.getLong("checkpoint-ms", 2000));  // exactly once, Flink's default mode
 
         // One catalog for Spark, Flink and pyiceberg: Iceberg's JDBC catalog in MySQL.
         Map<String, String> catalog = new HashMap<>();
