@@ -26,12 +26,16 @@ from pydantic.fields import FieldInfo
 from airflow_iceberg import config
 from airflow_iceberg.core import gate_protocol
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
+from scripts import stacks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 _BLOCK = re.compile(r"(<!-- generated: (\S+) -->\n)(.*?)(<!-- end: \2 -->)", re.DOTALL)
 
 #: The name of the block that lists every setting of the table list.
 SETTINGS_BLOCK = "table-list-settings"
+#: The names of the blocks that show the stacks' matrix (requirements/stacks.toml): its versions, what to install.
+STACKS_BLOCK = "stacks"
+INSTALL_BLOCK = "stacks-install"
 #: The table list's models, in the order the reference shows them, each with where it sits in an entry.
 SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("an entry of `tables` (and `defaults`)", config.TableConfig),
@@ -60,7 +64,52 @@ def sources() -> dict[str, Source]:
     """Each block name and what its block shows."""
     schema = files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text()
     statements = {name: Source(value + "\n") for name, value in vars(gate_protocol).items() if name.endswith("_SQL")}
-    return {SCHEMA_FILE: Source(schema), **statements, SETTINGS_BLOCK: Source(settings_reference(), fence=None)}
+    return {
+        SCHEMA_FILE: Source(schema),
+        **statements,
+        SETTINGS_BLOCK: Source(settings_reference(), fence=None),
+        STACKS_BLOCK: Source(stacks_table(), fence=None),
+        INSTALL_BLOCK: Source(stacks_install(), fence=None),
+    }
+
+
+# --- The stacks' matrix ----------------------------------------------------------------------------------------
+
+
+def stacks_table() -> str:
+    """The matrix as a markdown table: one column per stack, one row per component."""
+    matrix = stacks.load()
+    columns = list(matrix.stacks.values())
+    rows = [
+        ("Flink", lambda s: s.flink),
+        ("Flink's Kafka connector", lambda s: s.flink_kafka),
+        ("Iceberg in Flink", lambda s: f"{s.iceberg_flink} (`iceberg-flink-runtime-{s.flink_line}`)"),
+        ("Spark (PySpark)", lambda s: s.pyspark),
+        ("Iceberg in Spark", lambda s: f"{s.iceberg_spark} (`iceberg-spark-runtime-{s.spark_line}_{s.scala}`)"),
+        ("MariaDB JDBC driver", lambda s: s.mariadb_jdbc),
+        ("JDK", lambda s: str(s.jdk)),
+        ("gated Flink source", lambda s: f"`{s.flink_artifact}`"),
+    ]
+    header = "| | " + " | ".join(f"`{s.name}`" + (" (default)" if s.name == matrix.default else "") for s in columns)
+    lines = [header + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {label} | " + " | ".join(cell(s) for s in columns) + " |" for label, cell in rows]
+    airflow = ", ".join(matrix.airflow)
+    return "\n".join(lines) + f"\n\nAirflow, one for every stack: tested on {airflow}.\n"
+
+
+def stacks_install() -> str:
+    """What a user of each stack puts where: the Spark packages of the table list, the Flink artifact."""
+    parts = []
+    for stack in stacks.load().stacks.values():
+        packages = "\n".join(f"      - {coordinate}" for coordinate in stack.spark_packages)
+        parts.append(
+            f"**`{stack.name}`** ({stack.summary}): PySpark {stack.pyspark} (or Spark {stack.spark_line} on the "
+            f"cluster), and in the table list\n\n```yaml\ndefaults:\n  spark:\n    packages:\n{packages}\n```\n\n"
+            f"Flink {stack.flink_line} jobs put `{stack.flink_artifact}.jar` (`make setup-stacks` builds it into "
+            f"`build/stacks/{stack.name}/flink/`) and `{stack.iceberg_flink_runtime}` beside their Kafka connector "
+            f"`org.apache.flink:flink-connector-kafka:{stack.flink_kafka}`.\n"
+        )
+    return "\n".join(parts)
 
 
 # --- The table list's settings ---------------------------------------------------------------------------------
