@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, fields
+from datetime import date
 from pathlib import Path
 
 import tomllib
@@ -105,6 +106,8 @@ class Matrix:
     stacks: dict[str, Stack]
     #: The Airflow releases the provider is installed into and tested on, oldest first.
     airflow: list[str]
+    #: The day each of them was released: an Airflow is installed with the libraries served on that day.
+    airflow_released: dict[str, date]
 
     def __getitem__(self, name: str) -> Stack:
         try:
@@ -124,7 +127,10 @@ def load(path: Path = MATRIX_FILE) -> Matrix:
                 f"{path.name}: stack {name!r} has keys {sorted(entry)}; a stack has exactly {sorted(keys)}"
             )
         stacks[name] = Stack(name=name, **{key.replace("-", "_"): value for key, value in entry.items()})
-    matrix = Matrix(default=document["default"], stacks=stacks, airflow=list(document["airflow"]["tested"]))
+    tested, released = list(document["airflow"]["tested"]), dict(document["airflow"]["released"])
+    if set(released) != set(tested):
+        raise ValueError(f"{path.name}: [airflow] released names {sorted(released)}; it names each of {tested}")
+    matrix = Matrix(default=document["default"], stacks=stacks, airflow=tested, airflow_released=released)
     matrix[matrix.default]  # the default names a stack
     return matrix
 

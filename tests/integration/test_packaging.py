@@ -14,10 +14,13 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from datetime import date, timedelta
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
+from packaging.requirements import Requirement
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
@@ -27,6 +30,7 @@ from scripts import stacks
 
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".venv" / "tools" / "bin" / "uv"
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 WORKBENCH = (
     "devkit/",
     "tests/",
@@ -65,7 +69,9 @@ def installed(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pyt
     tested on (the oldest minor it supports, and the newest); returns its ``bin`` folder.
 
     With the suite's own Airflow, dependencies are pinned to the versions ``make setup`` resolved, so uv takes them
-    from its cache; with another, uv resolves them as a user's ``pip install`` would.
+    from its cache. With another, uv resolves them as a user's ``pip install`` with Airflow's constraints would:
+    Airflow's own dependencies as served on its release day (the constraint files are not served here, and later
+    releases of FastAPI, Cadwyn and Pydantic break an older Airflow), and the provider's own as new as served.
     """
     work = tmp_path_factory.mktemp("installed")
     run([UV, "venv", "-q", "-p", "python3.11", work / "venv"])
@@ -76,7 +82,15 @@ def installed(request: pytest.FixtureRequest, wheel: Path, tmp_path_factory: pyt
         constraints.write_text("\n".join(p for p in pins if "==" in p and not p.startswith("airflow-iceberg")))
         run([UV, "pip", "install", "-q", "--python", python, "-c", constraints, wheel])
     else:
-        run([UV, "pip", "install", "-q", "--python", python, wheel, f"apache-airflow=={request.param}"])
+        released = stacks.load().airflow_released[request.param] + timedelta(days=1)
+        ours = [
+            Requirement(d).name for d in PYPROJECT["project"]["dependencies"] if not d.startswith("apache-airflow>")
+        ]
+        exempt = [f"--exclude-newer-package={name}={date.today() + timedelta(days=1)}" for name in ours]
+        run(
+            [UV, "pip", "install", "-q", "--python", python, f"--exclude-newer={released}", *exempt]
+            + [wheel, f"apache-airflow=={request.param}"]
+        )
     version = run([python, "-c", "import airflow; print(airflow.__version__)"]).strip()
     assert version == request.param
     return python.parent

@@ -71,3 +71,12 @@ def test_the_oldest_airflow_tested_is_the_one_pyproject_allows_first():
     oldest, newest = stacks.load().airflow[0], stacks.load().airflow[-1]
     assert airflow == f"apache-airflow>={'.'.join(oldest.split('.')[:2])}"  # and no cap below the next major
     assert (oldest.split(".")[0], newest.split(".")[:2]) == ("3", ["3", "3"])
+
+
+def test_each_airflow_tested_names_its_release_day_and_no_other(tmp_path):
+    matrix = stacks.load()
+    assert set(matrix.airflow_released) == set(matrix.airflow)
+    text = stacks.MATRIX_FILE.read_text().replace('"3.2.2" = 2026-05-29, ', "", 1)
+    (tmp_path / "stacks.toml").write_text(text)
+    with pytest.raises(ValueError, match=r"\[airflow\] released names \['3.3.2'\]; it names each of"):
+        stacks.load(tmp_path / "stacks.toml")
