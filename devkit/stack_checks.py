@@ -15,9 +15,9 @@ this prints them as one table: stack by check, with pass or fail, how long each 
 commits on each side and whether the table's rows are exactly what the writers wrote; then what the ungated
 controls saw fail, exception by exception.
 
-``--smoke`` runs only the checks also marked ``stack_smoke`` (a gated CDC compaction and the Spark writer's), on
-every stack besides the environment's own, whose whole suite ``make test`` has just run; the matrix then shows
-that stack's checks from that run too.
+``--smoke`` runs only the checks also marked ``stack_smoke``, with one compaction each (a gated CDC compaction and
+the Spark writer's), on every stack besides the environment's own, whose whole suite ``make test`` has just run;
+the matrix then shows that stack's checks from that run too.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from typing import Any
 from scripts import stacks
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Tells the checks of a smoke run to compact once, not three times (tests/integration/conftest.py reads it).
+SMOKE_ENV = "AIRFLOW_ICEBERG_SMOKE"
 BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_BUILD", ROOT / "build"))
 
 
@@ -59,7 +61,8 @@ def run_checks(stack: str, smoke: bool) -> int:
         "tests/integration",
     ]
     print(f"==> stack {stack}: {'smoke checks' if smoke else 'checks'}", flush=True)
-    return subprocess.run(command, cwd=ROOT, env={**os.environ, stacks.STACK_ENV: stack}, check=False).returncode
+    env = {**os.environ, stacks.STACK_ENV: stack, **({SMOKE_ENV: "1"} if smoke else {})}
+    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 
 
 def records(stack: str) -> list[dict[str, Any]]:

@@ -41,14 +41,15 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
         job.wait_for_batches(3)
         # idle_seconds of half an hour: only the writer's acknowledgement can end the wait in time.
         dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
-        for number in range(3):
+        compactions = stack_check.compactions(3)
+        for number in range(compactions):
             if number == 1:  # a restart from the streaming checkpoint between compactions
                 finals.append(job.stop())
                 job.start()
             job.wait_for_batches(len(job.batches()) + 2)  # the writer is live and committing
             run = dag.test()
             assert run.state == "success", f"compaction {number + 1} ended {run.state}"
-            if number == 2:
+            if number == compactions - 1:
                 files_after_last_compaction = TableStats.read("lake", table).data_files
             job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
             figures.append(measure(run, TableName.parse(table), job))
@@ -66,8 +67,8 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
     assert job.processes_left() == [], "the writer's Spark processes outlived it"
 
     # Both sides: no failed commit. Every compaction task succeeded at its first try.
-    assert [f["failed_commits"] for f in finals] == [0, 0], [f["failures"] for f in finals]
-    assert [f["exit_error"] for f in finals] == [None, None]
+    assert [f["failed_commits"] for f in finals] == [0] * len(finals), [f["failures"] for f in finals]
+    assert [f["exit_error"] for f in finals] == [None] * len(finals)
     for figure in figures:
         assert figure.state == "success"
         assert figure.rewritten_data_files > figure.added_data_files > 0
