@@ -104,10 +104,14 @@ class Stack:
 class Matrix:
     default: str
     stacks: dict[str, Stack]
-    #: The Airflow releases the provider is installed into and tested on, oldest first.
-    airflow: list[str]
-    #: The day each of them was released: an Airflow is installed with the libraries served on that day.
+    #: The Airflow releases the provider is installed into and tested on, oldest first, each with the day it was
+    #: released: an Airflow is installed with the libraries served on that day.
     airflow_released: dict[str, date]
+
+    @property
+    def airflow(self) -> list[str]:
+        """The Airflow releases tested, oldest first."""
+        return list(self.airflow_released)
 
     def __getitem__(self, name: str) -> Stack:
         try:
@@ -127,10 +131,11 @@ def load(path: Path = MATRIX_FILE) -> Matrix:
                 f"{path.name}: stack {name!r} has keys {sorted(entry)}; a stack has exactly {sorted(keys)}"
             )
         stacks[name] = Stack(name=name, **{key.replace("-", "_"): value for key, value in entry.items()})
-    tested, released = list(document["airflow"]["tested"]), dict(document["airflow"]["released"])
-    if set(released) != set(tested):
-        raise ValueError(f"{path.name}: [airflow] released names {sorted(released)}; it names each of {tested}")
-    matrix = Matrix(default=document["default"], stacks=stacks, airflow=tested, airflow_released=released)
+    tested = dict(document["airflow"]["tested"])
+    for version, day in tested.items():
+        if type(day) is not date:  # a TOML date, not a string or a date-time
+            raise ValueError(f"{path.name}: [airflow] tested {version!r} = {day!r}; it is the release day, a TOML date")
+    matrix = Matrix(default=document["default"], stacks=stacks, airflow_released=tested)
     matrix[matrix.default]  # the default names a stack
     return matrix
 

@@ -73,10 +73,11 @@ def test_the_oldest_airflow_tested_is_the_one_pyproject_allows_first():
     assert (oldest.split(".")[0], newest.split(".")[:2]) == ("3", ["3", "3"])
 
 
-def test_each_airflow_tested_names_its_release_day_and_no_other(tmp_path):
+def test_each_airflow_tested_names_its_release_day_as_a_date(tmp_path):
     matrix = stacks.load()
-    assert set(matrix.airflow_released) == set(matrix.airflow)
-    text = stacks.MATRIX_FILE.read_text().replace('"3.2.2" = 2026-05-29, ', "", 1)
+    days = list(matrix.airflow_released.values())
+    assert (matrix.airflow, days) == (list(matrix.airflow_released), sorted(days))  # oldest first
+    text = stacks.MATRIX_FILE.read_text().replace('"3.2.2" = 2026-05-29', '"3.2.2" = "2026-05-29"', 1)
     (tmp_path / "stacks.toml").write_text(text)
-    with pytest.raises(ValueError, match=r"\[airflow\] released names \['3.3.2'\]; it names each of"):
+    with pytest.raises(ValueError, match=r"\[airflow\] tested '3.2.2' = '2026-05-29'; it is the release day"):
         stacks.load(tmp_path / "stacks.toml")
