@@ -43,9 +43,15 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cdc
 
+# The suite runs on two workers (pytest-xdist): one test mostly waits, for a JVM, a checkpoint or a scheduler, so
+# two at once keep two cores busy. The tests of the one live Airflow stay together on one worker (tests/conftest.py);
+# a test marked `alone` loads every core on purpose and runs first, by itself.
+TEST_WORKERS ?= 2
+
 test: setup-stacks lint site java-test
-	@$(ENV) $(PY) -m pytest $(PYTEST_ARGS)
-	@$(ENV) $(PY) -m devkit.stack_checks --smoke
+	@$(ENV) $(PY) -m pytest -m alone $(PYTEST_ARGS)
+	@$(ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS)
+	@$(ENV) $(PY) -m devkit.stack_checks --smoke --workers $(TEST_WORKERS)
 
 java-test: setup-stacks
 	@for stack in $$(python3 scripts/stacks.py names); do \

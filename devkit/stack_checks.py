@@ -43,9 +43,9 @@ def checks_folder(stack: str) -> Path:
     return BUILD / "stacks" / stack / "checks"
 
 
-def run_checks(stack: str, smoke: bool) -> int:
+def run_checks(stack: str, smoke: bool, workers: int = 1) -> int:
     """Run the stack's checks in a pytest of their own, in the stack's environments (which writes their records
-    anew); its exit status."""
+    anew), on ``workers`` pytest-xdist workers; its exit status."""
     command = [
         "bash",
         "-c",
@@ -58,6 +58,7 @@ def run_checks(stack: str, smoke: bool) -> int:
         "no:cacheprovider",
         "-m",
         "stack_smoke" if smoke else "stack_check",
+        *(["-n", str(workers), "--dist", "loadgroup"] if workers > 1 else []),
         "tests/integration",
     ]
     print(f"==> stack {stack}: {'smoke checks' if smoke else 'checks'}", flush=True)
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stacks", help="comma-separated stack names (default: every stack of the matrix)")
     parser.add_argument("--smoke", action="store_true", help="the smoke checks, on the stacks besides this one's")
+    parser.add_argument("--workers", type=int, default=1, help="run each stack's checks on this many workers")
     args = parser.parse_args(argv)
     matrix_file = stacks.load()
     names = args.stacks.split(",") if args.stacks else list(matrix_file.stacks)
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         if args.smoke and name == own:
             continue  # its whole suite has just run
-        if run_checks(name, args.smoke) != 0:
+        if run_checks(name, args.smoke, args.workers) != 0:
             failed.append(name)
     print(f"\nThe stacks' checks ({time.monotonic() - started:.0f} s):\n")
     print(matrix(names))

@@ -1,10 +1,59 @@
-"""Fixtures every test may use."""
+"""Fixtures every test may use, and what keeps the workers of a parallel run (``pytest -n 2``, pytest-xdist) apart.
+
+Each worker has databases, a warehouse and an Airflow home of its own (``WORKER_SUFFIX``). Its Airflow home holds a
+copy of the metadata database that ``make setup`` migrated, made here, before anything imports Airflow, because
+Airflow reads ``AIRFLOW_HOME`` once, at import; two ``dag.test()`` at once on one SQLite file would lock each other.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
+from pathlib import Path
 
 import pytest
+
+#: The environment as the suite was started with, before a worker gets an Airflow home of its own: what a user's
+#: own ``make demo`` would see.
+ENV_BEFORE_THE_SUITE = dict(os.environ)
+#: The xdist worker this process is (``gw0``, ``gw1``, ...), or "" in a run without workers.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+#: Ends the names of what a worker keeps to itself: databases, MySQL users, the warehouse, the Airflow home.
+WORKER_SUFFIX = f"_{WORKER}" if WORKER else ""
+
+
+def _own_airflow_home() -> None:
+    shared = Path(os.environ["AIRFLOW_HOME"])
+    own = shared.with_name(f"{shared.name}{WORKER_SUFFIX}")
+    shutil.rmtree(own, ignore_errors=True)
+    own.mkdir(parents=True)
+    if (shared / "airflow.db").is_file():  # Airflow writes its own airflow.cfg for the new home at import
+        shutil.copyfile(shared / "airflow.db", own / "airflow.db")
+    os.environ["AIRFLOW_HOME"] = str(own)
+
+
+if WORKER and "AIRFLOW_HOME" in os.environ:
+    _own_airflow_home()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run with integration tests writes the stack's check records anew (conftest's ``stack_check``): cleared
+    here, once, by the process that starts the run, not by each worker, which would delete the others'."""
+    integration = Path(__file__).resolve().parent / "integration"
+    chosen = [Path(str(arg).split("::")[0]).resolve() for arg in session.config.args]
+    if WORKER or "AIRFLOW_ICEBERG_STACK_BUILD" not in os.environ:
+        return
+    if any(path == integration or integration in path.parents or path in integration.parents for path in chosen):
+        shutil.rmtree(Path(os.environ["AIRFLOW_ICEBERG_STACK_BUILD"]) / "checks", ignore_errors=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests that share one live Airflow run on one worker, one after the other (--dist loadgroup), so a parallel
+    # run starts it once. xdist's own hook, which reads the group, runs after this one.
+    for item in items:
+        if {"live_airflow", "fleet_airflow"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("live_airflow"))
 
 
 @pytest.fixture

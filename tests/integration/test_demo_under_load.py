@@ -17,13 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.conftest import ENV_BEFORE_THE_SUITE
+from tests.conftest import ENV_BEFORE_THE_SUITE
 
 ROOT = Path(__file__).resolve().parents[2]
 BURN = "while True:\n    pass\n"
 NOT_FROM_THE_SUITE = {"AIRFLOW_ICEBERG_CONFIG", "MAKEFLAGS", "MAKELEVEL", "MFLAGS"}
 
 
+@pytest.mark.alone  # its burners would slow whatever ran beside it on another worker
 @pytest.mark.timeout(2400)
 def test_make_demo_succeeds_with_every_core_busy():
     burners = [psutil.Popen([sys.executable, "-c", BURN]) for _ in range(os.cpu_count() or 2)]
