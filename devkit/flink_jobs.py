@@ -19,6 +19,7 @@ from pathlib import Path
 
 from airflow_iceberg.core.gate_state import WriterState
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from devkit import extra_jvm_options
 
 FLINK_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_FLINK_BUILD", Path(__file__).parents[1] / "build" / "flink"))
 
@@ -92,7 +93,16 @@ class FlinkJob:
         self.writer_ids = writer_ids
         options = {**options, "events": self.events_dir}
         args = [arg for name, value in options.items() for arg in (f"--{name}", str(value))]
-        self.command = ["java", f"-Xmx{heap}", *JVM_OPENS, "-cp", classpath.read_text().strip(), job_class, *args]
+        self.command = [
+            "java",
+            f"-Xmx{heap}",
+            *JVM_OPENS,
+            *extra_jvm_options(),
+            "-cp",
+            classpath.read_text().strip(),
+            job_class,
+            *args,
+        ]
         self.env = {**os.environ, **(env or {})}
         self.process: subprocess.Popen | None = None
 

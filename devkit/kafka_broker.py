@@ -34,6 +34,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit import extra_jvm_options
 from devkit.live_airflow import free_port
 
 KAFKA_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_KAFKA_BUILD", Path(__file__).parents[1] / "build" / "kafka"))
@@ -92,6 +93,7 @@ class KafkaBroker:
         return [
             "java",
             f"-Xmx{self._heap}",
+            *extra_jvm_options(),
             f"-Dlog4j2.configurationFile={self.base_dir / 'log4j2.properties'}",
             "-cp",
             self._classpath,

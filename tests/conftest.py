@@ -48,12 +48,22 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         shutil.rmtree(Path(os.environ["AIRFLOW_ICEBERG_STACK_BUILD"]) / "checks", ignore_errors=True)
 
 
+#: The fixtures that start a live ``airflow standalone`` (tests/integration).
+LIVE_AIRFLOWS = {"live_airflow", "fleet_airflow"}
+
+
+def uses_live_airflow(item: pytest.Item) -> bool:
+    return bool(LIVE_AIRFLOWS & set(getattr(item, "fixturenames", ())))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Tests that share one live Airflow run on one worker, one after the other (--dist loadgroup), so a parallel
-    # run starts it once. xdist's own hook, which reads the group, runs after this one.
-    for item in items:
-        if {"live_airflow", "fleet_airflow"} & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("live_airflow"))
+    # The tests that share one live Airflow come first and one after the other, on one worker (--dist loadgroup):
+    # it starts once, and stops when the last of them is done (tests/integration/conftest.py), not at the end.
+    live = [item for item in items if uses_live_airflow(item)]
+    for item in live:
+        item.add_marker(pytest.mark.xdist_group("live_airflow"))
+    items[:] = live + [item for item in items if not uses_live_airflow(item)]
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ import pymysql
 import pytest
 import yaml
 
+from devkit import EXTRA_JVM_OPTIONS_ENV
 from devkit.stack_checks import SMOKE_ENV
 from scripts import stacks
 from tests.conftest import WORKER_SUFFIX
@@ -156,6 +157,7 @@ def integration_stack() -> None:
             }
         )
 
+    os.environ[EXTRA_JVM_OPTIONS_ENV] = QUICK_JVM_OPTIONS
     os.environ["AIRFLOW_CONN_WRITE_GATE_ADMIN"] = gate_connection(user, password)
     os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
     from airflow_iceberg.hooks.write_gate import WriteGateHook
@@ -190,9 +192,11 @@ def suite_defaults() -> dict[str, Any]:
     }
 
 
-#: The tests' Spark jobs live for seconds on tables of a few kilobytes: the JIT's first tier and the serial
-#: collector take about 30 % less CPU for each (95.6 against 67.9 CPU s for a test of a write and a rewrite).
-QUICK_JVM = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+#: The tests' JVMs live for seconds or minutes on tables of a few kilobytes: the JIT's first tier and the serial
+#: collector take about 30 % less CPU for each Spark job (95.6 against 67.9 CPU s for a test of a write and a
+#: rewrite). Given to the tests' Spark drivers and to the JVMs devkit starts (Flink jobs, the Kafka broker).
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+QUICK_JVM = {"spark.driver.extraJavaOptions": QUICK_JVM_OPTIONS}
 
 
 @pytest.fixture(scope="session")
@@ -331,12 +335,22 @@ def statsd() -> Iterator[StatsdListener]:
     listener.socket.close()
 
 
+_LIVE_AIRFLOW = pytest.StashKey[Any]()
+
+
 @pytest.fixture(scope="session")
-def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: None, statsd: StatsdListener):
+def live_airflow(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    integration_stack: None,
+    statsd: StatsdListener,
+):
     """One ``airflow standalone`` for the whole session, shared by every test that needs a live Airflow.
 
     Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
-    :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them.
+    :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them. Its tests run one after
+    the other (tests/conftest.py), and it stops when the last of them is done: idle, it would still take CPU
+    from every test after them.
     """
     from devkit.live_airflow import META_DB, LiveAirflow, fleet
 
@@ -346,12 +360,24 @@ def live_airflow(tmp_path_factory: pytest.TempPathFactory, integration_stack: No
     home = root / "airflow-home"
     home.mkdir()
     airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX, settings=statsd.settings())
+    request.config.stash[_LIVE_AIRFLOW] = airflow
     try:
         airflow.start()
         yield airflow
     finally:
         airflow.stop()
         shutil.rmtree(home / "logs", ignore_errors=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    airflow = item.config.stash.get(_LIVE_AIRFLOW, None)
+    if airflow is None or "live_airflow" not in getattr(item, "fixturenames", ()):
+        return
+    later = item.session.items[item.session.items.index(item) + 1 :]
+    if not any("live_airflow" in getattr(other, "fixturenames", ()) for other in later):
+        airflow.stop()  # the last test that needed it is done; stop() is idempotent, the fixture's end calls it too
 
 
 #: Where the tests that open a browser save their screenshots.
