@@ -40,10 +40,10 @@ if WORKER and "AIRFLOW_HOME" in os.environ:
 def pytest_sessionstart(session: pytest.Session) -> None:
     """A run with integration tests writes the stack's check records anew (conftest's ``stack_check``): cleared
     here, once, by the process that starts the run, not by each worker, which would delete the others'."""
-    integration = Path(__file__).resolve().parent / "integration"
-    chosen = [Path(str(arg).split("::")[0]).resolve() for arg in session.config.args]
     if WORKER or "AIRFLOW_ICEBERG_STACK_BUILD" not in os.environ:
         return
+    integration = Path(__file__).resolve().parent / "integration"
+    chosen = [Path(str(arg).split("::")[0]).resolve() for arg in session.config.args]
     if any(path == integration or integration in path.parents or path in integration.parents for path in chosen):
         shutil.rmtree(Path(os.environ["AIRFLOW_ICEBERG_STACK_BUILD"]) / "checks", ignore_errors=True)
 

@@ -59,6 +59,11 @@ GATE_USERS = {
         ],
     ),
 }
+#: The tests' JVMs live for seconds or minutes on tables of a few kilobytes: the JIT's first tier and the serial
+#: collector take about 30 % less CPU for each Spark job (95.6 against 67.9 CPU s for a test of a write and a
+#: rewrite). Given to the tests' Spark drivers and to the JVMs devkit starts (Flink jobs, the Kafka broker).
+QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+QUICK_JVM = {"spark.driver.extraJavaOptions": QUICK_JVM_OPTIONS}
 #: The shipped table list, whose blocks ``x-spark-jars`` and ``x-spark-packages`` load Iceberg into Spark.
 SHIPPED_TABLE_LIST = ROOT / "dags" / "iceberg_tables.yaml"
 
@@ -190,13 +195,6 @@ def suite_defaults() -> dict[str, Any]:
             "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", **QUICK_JVM},
         },
     }
-
-
-#: The tests' JVMs live for seconds or minutes on tables of a few kilobytes: the JIT's first tier and the serial
-#: collector take about 30 % less CPU for each Spark job (95.6 against 67.9 CPU s for a test of a write and a
-#: rewrite). Given to the tests' Spark drivers and to the JVMs devkit starts (Flink jobs, the Kafka broker).
-QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-QUICK_JVM = {"spark.driver.extraJavaOptions": QUICK_JVM_OPTIONS}
 
 
 @pytest.fixture(scope="session")
