@@ -60,10 +60,27 @@ def uses_live_airflow(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The tests that share one live Airflow come first and one after the other, on one worker (--dist loadgroup):
     # it starts once, and stops when the last of them is done (tests/integration/conftest.py), not at the end.
-    live = [item for item in items if uses_live_airflow(item)]
+    # The fleet's own Airflow (a module's) first, so that it is gone before the session's starts: never two at once.
+    live = sorted(
+        (item for item in items if uses_live_airflow(item)), key=lambda i: "fleet_airflow" not in i.fixturenames
+    )
     for item in live:
         item.add_marker(pytest.mark.xdist_group("live_airflow"))
     items[:] = live + [item for item in items if not uses_live_airflow(item)]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the live Airflow's fixture starts one
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A live Airflow's test fails if xdist did not group it with the others: ungrouped, they would run on both
+    workers, each starting an Airflow of its own. pytest-xdist 3.8 groups by rewriting node ids, which pytest 9.2
+    no longer reads (pytest-xdist#1386), hence pyproject's ``pytest<9.2``."""
+    if WORKER and item.config.getoption("loadgroup", default=False) and uses_live_airflow(item):
+        if not item.nodeid.endswith("@live_airflow"):
+            pytest.fail(
+                f"pytest-xdist's --dist loadgroup did not group {item.nodeid} with the other tests of the live "
+                "Airflow (pytest-xdist#1386): install pytest and pytest-xdist as pyproject.toml asks",
+                pytrace=False,
+            )
 
 
 @pytest.fixture
