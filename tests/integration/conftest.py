@@ -16,6 +16,7 @@ ends with; each worker of a parallel run adds its own name to it (``tests/confte
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -63,7 +64,8 @@ GATE_USERS = {
 #: collector take about 30 % less CPU for each Spark job (95.6 against 67.9 CPU s for a test of a write and a
 #: rewrite). Given to the tests' Spark drivers and to the JVMs devkit starts (Flink jobs, the Kafka broker).
 QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-QUICK_JVM = {"spark.driver.extraJavaOptions": QUICK_JVM_OPTIONS}
+#: The Spark settings every test's table has.
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4"}
 #: The shipped table list, whose blocks ``x-spark-jars`` and ``x-spark-packages`` load Iceberg into Spark.
 SHIPPED_TABLE_LIST = ROOT / "dags" / "iceberg_tables.yaml"
 
@@ -180,6 +182,18 @@ def integration_stack() -> None:
     os.environ["AIRFLOW_ICEBERG_WRITER_CONN_ID"] = "write_gate_writer"
 
 
+@functools.cache
+def spark_driver_options() -> str:
+    """The quick JVM options and the archive of Spark's classes (devkit/spark_cds.py), made at the first call."""
+    from airflow_iceberg.config import TableConfig
+    from devkit.spark_cds import archive_options
+
+    warm_up = TableConfig.model_validate(
+        {"table": "lake.cds.warm_up", "spark": {"jars": stack_jars(), "conf": SPARK_CONF}}
+    )
+    return archive_options(warm_up, QUICK_JVM_OPTIONS)
+
+
 def suite_defaults() -> dict[str, Any]:
     """The ``defaults`` block of the suite's table list: small waits, local Spark with the shipped list's jars."""
     jars = stack_jars()
@@ -192,7 +206,7 @@ def suite_defaults() -> dict[str, Any]:
         "health": {"min_small_files": 2, "max_delete_age_minutes": 0, "watch": False},
         "spark": {
             "jars": jars,
-            "conf": {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4", **QUICK_JVM},
+            "conf": {**SPARK_CONF, "spark.driver.extraJavaOptions": spark_driver_options()},
         },
     }
 
