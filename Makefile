@@ -24,7 +24,7 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet faults docs site \
+.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet bench-peers faults docs site \
 	clean
 
 setup:
@@ -77,6 +77,11 @@ bench-parse: setup
 
 bench-fleet: setup
 	@$(ENV) $(PY) -m devkit.bench_fleet $(BENCH_ARGS)
+
+# airflow-iceberg beside Iceberg's Flink TableMaintenance, ungated compaction that retries, and none, on one Kafka
+# CDC stream (devkit/bench_peers.py). BENCH_ARGS=--quick for a short stream.
+bench-peers: setup
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_peers $(BENCH_ARGS)
 
 faults: setup
 	@$(ENV) $(PY) -m devkit.faults

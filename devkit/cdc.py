@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
@@ -30,9 +31,16 @@ from devkit.kafka_broker import KafkaBroker
 JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
 
 
-def create_cdc_table(table: TableName, buckets: int = 4, format_version: int = 2) -> None:
+#: Spark's row-level writes to a table with these delete by delete files (merge-on-read), as a CDC table's batch
+#: jobs do: each such commit adds delete files that a rewrite committing meanwhile conflicts with.
+MERGE_ON_READ = {f"write.{kind}.mode": "merge-on-read" for kind in ("delete", "update", "merge")}
+
+
+def create_cdc_table(
+    table: TableName, buckets: int = 4, format_version: int = 2, properties: dict[str, str] | None = None
+) -> None:
     """A table keyed by ``id`` (its identifier field, as Flink's upsert needs), in ``buckets`` buckets of it, with
-    columns ``v`` (the change's value) and ``seq``."""
+    columns ``v`` (the change's value) and ``seq``, and ``properties``."""
     catalog = IcebergHook(table.catalog).get_conn()
     catalog.create_namespace_if_not_exists(table.namespace)
     schema = Schema(
@@ -45,7 +53,10 @@ def create_cdc_table(table: TableName, buckets: int = 4, format_version: int = 2
         PartitionField(source_id=1, field_id=1000, transform=BucketTransform(buckets), name="id_bucket")
     )
     catalog.create_table(
-        table.in_catalog, schema, partition_spec=spec, properties={"format-version": str(format_version)}
+        table.in_catalog,
+        schema,
+        partition_spec=spec,
+        properties={"format-version": str(format_version), **(properties or {})},
     )
 
 
@@ -60,6 +71,8 @@ class ChangeStream:
         self.rng = random.Random(seed)
         self.expected: dict[int, str] = {}
         self.produced = 0
+        #: When each change was handed to the producer, by its seq (epoch s): where its freshness starts.
+        self.produced_at: list[float] = []
         self.errors: list[str] = []
 
     def _delivered(self, error, message) -> None:
@@ -82,6 +95,7 @@ class ChangeStream:
                 value=f"{seq},{op},{key},{value}".encode(),
                 on_delivery=self._delivered,
             )
+            self.produced_at.append(time.time())
             if op == "d":
                 self.expected.pop(key, None)
             else:
@@ -101,7 +115,11 @@ class ChangeStream:
 
 
 class CdcJob(FlinkJob):
-    """``CdcUpsertJob`` on ``table`` (``lake.<namespace>.<name>``), reading ``topic``, checkpoints under workdir."""
+    """``CdcUpsertJob`` on ``table`` (``lake.<namespace>.<name>``), reading ``topic``, checkpoints under workdir.
+
+    With ``maintenance`` (the job's schedule arguments, e.g. ``{"rewrite-commits": 10}``), Iceberg's own Flink
+    ``TableMaintenance`` runs in the same job (``Maintenance.java``; Flink 1.20 and 2.x), locked in the gate's MySQL.
+    """
 
     def __init__(
         self,
@@ -117,6 +135,7 @@ class CdcJob(FlinkJob):
         checkpoints: Path | None = None,
         restore_from: Path | None = None,
         checkpoint_ms: int = 2000,
+        maintenance: Mapping[str, object] | None = None,
     ) -> None:
         catalog, identifier = table.split(".", 1)
         settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
@@ -142,13 +161,18 @@ class CdcJob(FlinkJob):
         }
         if restore_from is not None:
             options["restore-from"] = restore_from.as_uri()
+        env = {
+            "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or "",
+            "AIRFLOW_ICEBERG_CATALOG_PASSWORD": settings.secret_conf.get(f"{prefix}.jdbc.password", ""),
+        }
+        if maintenance is not None:  # Iceberg's own TableMaintenance in the job, its lock in the gate's MySQL
+            options.update({"maintenance": "true", "lock-url": options["gate-url"], "lock-user": gate.login})
+            options.update(maintenance)
+            env["AIRFLOW_ICEBERG_LOCK_PASSWORD"] = gate.password or ""
         super().__init__(
             workdir,
             JOB_CLASS,
             options,
             writer_ids={f"{writer_id}#{subtask}" for subtask in range(parallelism)},
-            env={
-                "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or "",
-                "AIRFLOW_ICEBERG_CATALOG_PASSWORD": settings.secret_conf.get(f"{prefix}.jdbc.password", ""),
-            },
+            env=env,
         )

@@ -343,3 +343,46 @@ class BatchInsertJob(IngestJob):
             "--interval-seconds",
             str(self.interval_seconds),
         ]
+
+
+class BatchChangesJob(IngestJob):
+    """The reference batch writer of a CDC table, ``devkit/writer_jobs/batch_changes.py``, in the background: a
+    ``DELETE`` with a non-key condition and a ``MERGE`` in turns, on keys from ``first_key`` on, apart from the
+    stream's; with ``gated``, it takes the gate as a writer does.
+
+    :param keys: How many keys it owns.
+    :param interval_seconds: Seconds between two statements.
+    :param max_attempts: Tries of one statement before it counts as lost.
+    """
+
+    script = "batch_changes.py"
+
+    def __init__(
+        self,
+        config: TableConfig,
+        workdir: Path,
+        *,
+        first_key: int,
+        keys: int = 2000,
+        interval_seconds: float = 30.0,
+        max_attempts: int = 3,
+        gated: bool = True,
+        writer_id: str = "batch-changes",
+    ) -> None:
+        super().__init__(config, workdir, gated=gated, writer_id=writer_id)
+        self.first_key = first_key
+        self.keys = keys
+        self.interval_seconds = interval_seconds
+        self.max_attempts = max_attempts
+
+    def job_args(self) -> list[str]:
+        return [
+            "--first-key",
+            str(self.first_key),
+            "--keys",
+            str(self.keys),
+            "--interval-seconds",
+            str(self.interval_seconds),
+            "--max-attempts",
+            str(self.max_attempts),
+        ]

@@ -41,7 +41,8 @@ import org.apache.iceberg.flink.TableLoader;
  * <p>Arguments: {@code --bootstrap --topic --group --catalog (its name, "lake") --catalog-uri (JDBC) --catalog-user
  * --warehouse --table (namespace.name) --gate-url --gate-user --writer-id --poke-ms --parallelism
  * --checkpoint-ms (the checkpoint interval; 2000 unless given) --checkpoint-dir (file:// URI; checkpoints are kept when the job stops) --restore-from (a checkpoint's
- * directory; optional) --events (the recorder's directory)}. The gate and catalog passwords come from the
+ * directory; optional) --events (the recorder's directory) --maintenance (true: Iceberg's own Flink table
+ * maintenance in the same job, {@link Maintenance}, with its arguments)}. The gate and catalog passwords come from the
  * environment: {@code AIRFLOW_ICEBERG_GATE_PASSWORD}, {@code AIRFLOW_ICEBERG_CATALOG_PASSWORD}. A failure is not
  * retried: it ends the job, and the test sees it.
  */
@@ -65,9 +66,13 @@ public final class CdcUpsertJob {
             settings.put("execution.state-recovery.path", params.get("restore-from"));
             settings.put("execution.savepoint.path", params.get("restore-from"));
         }
+        int parallelism = params.getInt("parallelism", 2);
+        boolean maintenance = Boolean.parseBoolean(params.get("maintenance", "false"));
+        if (maintenance) {  // the maintenance tasks' own slot-sharing group takes slots of its own
+            settings.put("taskmanager.numberOfTaskSlots", String.valueOf(2 * parallelism));
+        }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(
                 Configuration.fromMap(settings));
-        int parallelism = params.getInt("parallelism", 2);
         env.setParallelism(parallelism);
         env.enableCheckpointing(params.getLong("checkpoint-ms", 2000));  // exactly once, Flink's default mode
 
@@ -121,6 +126,9 @@ public final class CdcUpsertJob {
                 .uid("to-row")
                 .name("to row");
         IcebergUpsert.sink(changes, tableLoader, List.of("id"), parallelism);
+        if (maintenance) {
+            Maintenance.add(env, tableLoader.clone(), catalogName + "." + params.getRequired("table"), params);
+        }
         env.execute("cdc upsert " + params.getRequired("table"));
     }
 

@@ -1,0 +1,150 @@
+"""Reference batch writer of a CDC table: a Spark ``DELETE`` with a non-key condition, then a ``MERGE``, in turns.
+
+The design's CDC write-up puts batch updates beside the stream: GDPR deletes by arbitrary conditions, and merges.
+This job owns the keys ``--first-key`` to ``--first-key + --keys`` of a table that a CDC stream writes below them,
+so that the rows each side should leave are known. Its rows' values start with ``b`` (the stream's with ``v``).
+It inserts its keys first (round 0), then every ``--interval-seconds``, in turns:
+
+- a ``DELETE ... WHERE v LIKE 'b%' AND seq % 3 = <round % 3>``: a condition on values, not on the key;
+- a ``MERGE`` of the keys with ``id % 4 = <round % 4>``, each to ``b<id>_<round>`` (update or re-insert).
+
+On a merge-on-read table each commits delete files, which a rewrite committing meanwhile conflicts with. A failed
+statement is retried, up to ``--max-attempts`` in all; one that fails every time is lost, and counted. With the gate
+arguments it takes the gate as a writer does: it waits while the gate is closed (acknowledging the pause with its
+last snapshot), so that no compaction starts under a statement. Its own state, what the table's rows of its keys
+should be, is updated only by a statement that committed; the final status line holds its count and digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+import zlib
+from pathlib import Path
+
+from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--table", required=True, help="catalog.namespace.table, keyed by id, columns id, v, seq")
+    parser.add_argument("--job-secrets", default=None, help="the secrets file written for this job")
+    parser.add_argument("--status-file", required=True, type=Path)
+    parser.add_argument("--stop-file", required=True, type=Path)
+    parser.add_argument("--first-key", type=int, required=True, help="this job's keys, above the stream's")
+    parser.add_argument("--keys", type=int, default=2000)
+    parser.add_argument("--interval-seconds", type=float, default=30.0)
+    parser.add_argument("--max-attempts", type=int, default=3, help="tries of one statement, the first included")
+    add_gate_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def statements(table: str, first: int, keys: int, round_: int) -> tuple[str, str]:
+    """Round ``round_``'s kind and statement (round 0: the insert of every key)."""
+    if round_ == 0:
+        rows = f"SELECT id, concat('b', CAST(id AS STRING), '_0') AS v, 0L AS seq FROM range({first}, {first + keys})"
+        return "insert", f"INSERT INTO {table} {rows}"
+    if round_ % 2 == 1:
+        return "delete", f"DELETE FROM {table} WHERE v LIKE 'b%' AND seq % 3 = {round_ % 3}"
+    source = (
+        f"SELECT id, concat('b', CAST(id AS STRING), '_{round_}') AS v, {round_}L AS seq "
+        f"FROM range({first}, {first + keys}) WHERE id % 4 = {round_ % 4}"
+    )
+    return "merge", (
+        f"MERGE INTO {table} t USING ({source}) s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET v = s.v, seq = s.seq "
+        "WHEN NOT MATCHED THEN INSERT (id, v, seq) VALUES (s.id, s.v, s.seq)"
+    )
+
+
+def apply(state: dict[int, tuple[str, int]], first: int, keys: int, round_: int) -> None:
+    """What round ``round_``'s statement does to the rows of this job's keys, once it committed."""
+    if round_ == 0:
+        state.update({k: (f"b{k}_0", 0) for k in range(first, first + keys)})
+    elif round_ % 2 == 1:
+        for key in [k for k, (_, seq) in state.items() if seq % 3 == round_ % 3]:
+            del state[key]
+    else:
+        state.update({k: (f"b{k}_{round_}", round_) for k in range(first, first + keys) if k % 4 == round_ % 4})
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    name = TableName.parse(args.table)
+    quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
+
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.appName(f"batch-changes-{name}")
+        .config(f"spark.sql.catalog.{name.catalog}.cache-enabled", "false")
+        .getOrCreate()
+    )
+    apply_job_secrets(spark, read_job_secrets(args.job_secrets))
+    gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
+    state: dict[int, tuple[str, int]] = {}
+    counts = {"statements": 0, "attempts": 0, "failed_attempts": 0, "lost": 0, "paused_s": 0.0}
+    failures: list[str] = []
+    last_snapshot: int | None = None
+    status = args.status_file.open("a", buffering=1)
+
+    def wait(seconds: float) -> None:
+        """Sleep ``seconds``, answering the gate meanwhile: a closed gate is acknowledged, and waited out."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until and not args.stop_file.exists():
+            if gate is not None:
+                counts["paused_s"] += gate.wait_until_open(last_snapshot)
+            time.sleep(0.5)
+
+    try:
+        round_ = 0
+        while not args.stop_file.exists():
+            if gate is not None:
+                counts["paused_s"] += gate.wait_until_open(last_snapshot)
+            kind, statement = statements(quoted, args.first_key, args.keys, round_)
+            counts["statements"] += 1
+            for attempt in range(1, args.max_attempts + 1):
+                counts["attempts"] += 1
+                try:
+                    spark.sql(statement)
+                except Exception as error:  # a failed commit: nothing of it is in the table; try again
+                    counts["failed_attempts"] += 1
+                    named = re.search(r"org\.apache\.iceberg\.exceptions\.\w+: [^\n]{0,200}", str(error))
+                    failures.append(f"{kind}: {named.group(0) if named else str(error).splitlines()[0][:300]}")
+                    print(f"STATEMENT FAILED ({kind}, attempt {attempt}): {failures[-1]}", flush=True)
+                    if attempt == args.max_attempts:
+                        counts["lost"] += 1
+                    continue
+                apply(state, args.first_key, args.keys, round_)
+                break
+            snapshot = spark.sql(f"SELECT snapshot_id FROM {quoted}.snapshots ORDER BY committed_at DESC LIMIT 1")
+            last_snapshot = snapshot.collect()[0][0]
+            status.write(json.dumps({"round": round_, "kind": kind, "at": time.time(), **counts}) + "\n")
+            round_ += 1
+            wait(args.interval_seconds)
+    finally:
+        final = {
+            "final": True,
+            **counts,
+            "failures": failures[:20],
+            "rows": len(state),
+            "digest": sum(zlib.crc32(f"{k}:{v}".encode()) for k, (v, _) in state.items()),
+        }
+        status.write(json.dumps(final) + "\n")
+        status.close()
+        print(json.dumps(final), flush=True)
+        if gate is not None:  # this writer stops for good
+            gate.leave()
+            gate.close()
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
