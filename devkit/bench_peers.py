@@ -60,6 +60,7 @@ from airflow_iceberg.table_list import load_table_list
 from devkit.bench_health import CATALOG_CONN, bench_settings
 from devkit.cdc import MERGE_ON_READ, CdcJob, ChangeStream, create_cdc_table
 from devkit.kafka_broker import KafkaBroker
+from devkit.live_airflow import process_cpu
 from devkit.tables import drop_table
 from devkit.writers import BatchChangesJob, run_statements, spark_job_hook
 
@@ -145,10 +146,6 @@ class ArmResult:
 # --- each arm's maintenance ------------------------------------------------------------------------------------
 
 
-def health_defaults() -> HealthConfig:
-    return HealthConfig()
-
-
 def flink_maintenance_schedule(load: Load) -> dict[str, object]:
     """``TableMaintenance``'s schedule, from our health defaults where an equivalent exists.
 
@@ -160,7 +157,7 @@ def flink_maintenance_schedule(load: Load) -> dict[str, object]:
     """
     from airflow_iceberg.config import MaintenanceConfig
 
-    health, maintenance = health_defaults(), MaintenanceConfig()
+    health, maintenance = HealthConfig(), MaintenanceConfig()
     per_table = health.min_small_files * load.buckets
     return {
         "rewrite-data-files": per_table,
@@ -222,17 +219,9 @@ def _tree_cpu(pid: int) -> float:
     """CPU seconds of a process and all its descendants, exited ones included (in their parents' children times)."""
     try:
         root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
+        return sum(process_cpu(p) for p in [root, *root.children(recursive=True)])
     except psutil.NoSuchProcess:
         return 0.0
-    total = 0.0
-    for process in processes:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
 
 
 # --- what is measured -------------------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ class LiveAirflow:
 
         assert self.process is not None
         root = psutil.Process(self.process.pid)
-        by_component = {"standalone": _cpu(root)}
+        by_component = {"standalone": process_cpu(root)}
         for child in root.children():
             try:
                 # A process that set its title has it all in cmdline()[0], the rest empty: split on spaces.
@@ -185,7 +185,7 @@ class LiveAirflow:
                 processes = [child, *child.children(recursive=True)]
             except psutil.NoSuchProcess:
                 continue
-            by_component[name] = by_component.get(name, 0.0) + sum(_cpu(p) for p in processes)
+            by_component[name] = by_component.get(name, 0.0) + sum(process_cpu(p) for p in processes)
         return by_component
 
     def restart_triggerer(self) -> int:
@@ -352,7 +352,7 @@ def _group_alive(group: int) -> bool:
     return True
 
 
-def _cpu(process: Any) -> float:
+def process_cpu(process: Any) -> float:
     """A process's CPU seconds and its reaped children's; 0 if it exited meanwhile (its parent counts it now)."""
     import psutil
 
