@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -140,6 +141,7 @@ class ArmResult:
     rows: dict[str, Any] = field(default_factory=dict)
     pauses_s: list[float] = field(default_factory=list)
     compactions_t: list[float] = field(default_factory=list)  # arm 1: when each run ended, s from the start
+    pause_split_s: dict[str, float] = field(default_factory=dict)  # arm 1: where the pauses went, medians
     notes: list[str] = field(default_factory=list)
 
 
@@ -423,6 +425,7 @@ def run_arm(
             "rewrite_failed": sum(1 for r in records if r["outcome"] not in ("success", "skipped")),
         }
         result.pauses_s = pauses(gate, table, since=began - 60)
+        result.pause_split_s = pause_split(airflow, table, since=began - 60)
         result.compactions_t = sorted(
             r["finished_at"].timestamp() - began for r in records if r["outcome"] == "success" and r["finished_at"]
         )
@@ -489,6 +492,36 @@ def pauses(gate: WriteGateHook, table: TableName, since: float) -> list[float]:
             found.append(at - closed)
             closed = None
     return found
+
+
+PAUSE_TASKS = ("close_gate", "wait_until_snapshot_idle", "rewrite_files", "open_gate")
+
+
+def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float]:
+    """Where the pauses went, from Airflow's task instances of each run that rewrote: the median seconds the
+    writers took to go quiet (the sensor), the Spark application took (``rewrite_files``, spark-submit's JVM
+    start-up included), and Airflow took between the gate's tasks (scheduling and each task's start-up)."""
+    rows = airflow.query(
+        "SELECT run_id, task_id, start_date, end_date FROM task_instance WHERE dag_id = %s AND task_id = ANY(%s) "
+        "AND start_date >= to_timestamp(%s)",
+        compaction_dag_id(table),
+        list(PAUSE_TASKS),
+        since,
+    )
+    runs: dict[str, dict[str, tuple[float, float]]] = {}
+    for run_id, task_id, start, end in rows:
+        if start is not None and end is not None:
+            runs.setdefault(run_id, {})[task_id] = (start.timestamp(), end.timestamp())
+    split: dict[str, list[float]] = {"quiet": [], "spark": [], "between_tasks": [], "gate_tasks": []}
+    for tasks in runs.values():
+        if set(tasks) != set(PAUSE_TASKS):
+            continue  # a run that planned nothing, or did not get as far
+        spans = [tasks[t] for t in PAUSE_TASKS]
+        split["quiet"].append(spans[1][1] - spans[1][0])
+        split["spark"].append(spans[2][1] - spans[2][0])
+        split["gate_tasks"].append((spans[0][1] - spans[0][0]) + (spans[3][1] - spans[3][0]))
+        split["between_tasks"].append(sum(later[0] - earlier[1] for earlier, later in itertools.pairwise(spans)))
+    return {k: statistics.median(v) for k, v in split.items() if v} | {"runs": len(split["quiet"])}
 
 
 def wait_for_no_running_run(airflow: Any, table: TableName, timeout: float = 600) -> None:
@@ -585,6 +618,13 @@ def report_runs(results: list[ArmResult], load: Load) -> None:
             f"none's {baseline.freshness_s['p95']:.1f} s + one commit interval {load.checkpoint_ms / 1000:g} s "
             f"+ the longest pause {pause:.1f} s = "
             f"{bound:.1f} s: {'within' if ours.freshness_s['p95'] <= bound else 'OVER'}"
+        )
+    if ours is not None and ours.pause_split_s.get("runs"):
+        split = ours.pause_split_s
+        print(
+            f"- airflow-iceberg's pauses, medians of {split['runs']:.0f} rewriting runs: writers quiet "
+            f"{split['quiet']:.1f} s, Spark application {split['spark']:.1f} s, close_gate and open_gate "
+            f"{split['gate_tasks']:.1f} s, Airflow between those tasks {split['between_tasks']:.1f} s"
         )
 
 
