@@ -644,7 +644,8 @@ def compare_from_second_compaction(results: list[ArmResult], load: Load) -> None
         return sample["data_files"] + sample["equality_delete_files"] + sample["position_delete_files"]
 
     compared, worse = 0, []
-    for mine in (s for s in ours.samples if s["t"] >= since):
+    first_in_slot = {slot(s): s for s in reversed(ours.samples)}  # one sample per slot, as the table shows
+    for mine in sorted((s for s in first_in_slot.values() if s["t"] >= since), key=lambda s: s["t"]):
         for other in (r for r in results if r is not ours):
             theirs = next((s for s in other.samples if slot(s) == slot(mine)), None)
             if theirs is None:

@@ -82,7 +82,7 @@ class ChangeStream:
     def produce(self, count: int, rate: float, until: threading.Event | None = None) -> None:
         """Send ``count`` changes at ``rate`` a second, or fewer if ``until`` is set first; then flush them all."""
         started = time.monotonic()
-        for _ in range(count):
+        for sent in range(1, count + 1):
             if until is not None and until.is_set():
                 break
             seq = self.produced
@@ -101,9 +101,9 @@ class ChangeStream:
             else:
                 self.expected[key] = value
             self.produced += 1
-            if self.produced % 200 == 0:
+            if sent % 200 == 0:  # paced by this call's own count: an earlier call's changes are not ahead
                 self.producer.poll(0)
-                ahead = self.produced / rate - (time.monotonic() - started)
+                ahead = sent / rate - (time.monotonic() - started)
                 if ahead > 0:
                     time.sleep(ahead)
         assert self.producer.flush(60) == 0, "messages still unsent after 60 s"
