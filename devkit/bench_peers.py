@@ -386,8 +386,7 @@ def run_arm(
             compactor.stopping.set()
             compactor.join(timeout=900)
         if airflow is not None:
-            airflow.api("PATCH", f"dags/{compaction_dag_id(table)}", json={"is_paused": True})
-            wait_for_no_running_run(airflow, table)
+            pause_when_no_run_pending(airflow, table)
             airflow_cpu = airflow.cpu_by_component()
     try:
         batch_rows = (result.batch.get("rows", 0), result.batch.get("digest", 0))
@@ -524,13 +523,23 @@ def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float
     return {k: statistics.median(v) for k, v in split.items() if v} | {"runs": len(split["quiet"])}
 
 
-def wait_for_no_running_run(airflow: Any, table: TableName, timeout: float = 600) -> None:
+def pause_when_no_run_pending(airflow: Any, table: TableName, timeout: float = 600) -> None:
+    """Pause the table's compaction DAG once no run of it is queued or running. The scheduler schedules no task of
+    a paused DAG, so a run the watch started just before the pause would wait for ever: the DAG is unpaused again
+    until that run has ended."""
     dag_id = compaction_dag_id(table)
-    airflow.wait_for(
-        f"no run of {dag_id} running",
-        lambda: not airflow.query("SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')", dag_id),
-        timeout,
-    )
+
+    def pending() -> bool:
+        sql = "SELECT 1 FROM dag_run WHERE dag_id = %s AND state IN ('queued', 'running')"
+        return bool(airflow.query(sql, dag_id))
+
+    deadline = time.monotonic() + timeout
+    while True:
+        airflow.wait_for(f"no run of {dag_id} pending", lambda: not pending(), max(1.0, deadline - time.monotonic()))
+        airflow.api("PATCH", f"dags/{dag_id}", json={"is_paused": True}).raise_for_status()
+        if not pending():
+            return
+        airflow.api("PATCH", f"dags/{dag_id}", json={"is_paused": False}).raise_for_status()
 
 
 # --- the report ---------------------------------------------------------------------------------------------------
