@@ -682,6 +682,7 @@ def sensor_times_out_with_a_busy_writer(bench: FaultBench) -> Outcome:
         run = bench.run_here(prepare=prepare)
     finally:
         busy.stop()
+    records = [r for r in bench.gate.run_records(str(TABLE)) if r["run_id"] == run.run_id]
     outcome = bench.outcome(
         "sensor time-out, busy writer",
         started,
@@ -689,6 +690,7 @@ def sensor_times_out_with_a_busy_writer(bench: FaultBench) -> Outcome:
         failed_before=failed,
         task_states=bench.task_states(run),
         busy_commits=len(busy.commits),
+        record_detail=records[0]["detail"] if records else None,
     )
     outcome.failed_commits += len(busy.failed_commits)
     return outcome

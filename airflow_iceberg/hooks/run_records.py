@@ -26,6 +26,9 @@ def the_row(cursor: Any) -> dict[str, Any]:
 
 RUN_TABLE = "iceberg_compaction_run"
 
+#: The XCom key under which a task that ends its run leaves the reason (the idle wait does), for the run's record.
+FAILURE_XCOM_KEY = "failure"
+
 #: The columns of a run record a task may set; the rest are the database's (id, started_at).
 RUN_COLUMNS = (
     "table_name", "dag_id", "run_id", "decision", "reason", "partitions", "data_files_before",

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
+from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
 from airflow_iceberg.operators.write_gate import run_owner
@@ -152,7 +153,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
                 "reason": plan.reason[:1000],
                 "partitions": json.dumps(plan.partitions),
                 "data_files_before": health.data_files,
-                "delete_files_before": health.delete_files,
+                "delete_files_before": health.all_delete_files,
                 "bytes_before": health.data_bytes,
                 "health_score": plan.score,
                 "outcome": outcome,
@@ -222,13 +223,29 @@ class RecordRunOperator(BaseOperator):
             "dag_id": owner.dag_id,
             "run_id": owner.run_id,
             "data_files_after": health.data_files,
-            "delete_files_after": health.delete_files,
+            "delete_files_after": health.all_delete_files,
             "bytes_after": health.data_bytes,
             "gate_closed_seconds": gate_seconds,
             "rewrite_seconds": seconds,
             "outcome": "failed" if seconds is None else "success",
-            "detail": (partial or f"{self.rewrite_task_id} did not complete")[:1000] if seconds is None else None,
+            "detail": (partial or self._what_failed(context))[:1000] if seconds is None else None,
         }
         gate.record_run(record, finished=True)
         self.log.info("Run record of %s: %s", self.table, record)
         return {**record, "table_name": str(self.table)}
+
+    def _what_failed(self, context: Context) -> str:
+        """Which task ended the run before its rewrites completed, and why, as far as that task left its reason
+        (XCom ``failure``; the idle wait does); the rewrite task itself when nothing before it failed."""
+        ti = context["ti"]
+        owner = run_owner(context)
+        states = ti.get_task_states(dag_id=owner.dag_id, run_ids=[owner.run_id]).get(owner.run_id, {})
+        rewrite = self.dag.get_task(self.rewrite_task_id)
+        steps = rewrite.get_flat_relative_ids(upstream=True) | {self.rewrite_task_id}
+        failed = sorted(task_id for task_id in steps if states.get(task_id) == "failed")
+        if not failed:
+            return f"{self.rewrite_task_id} ended {states.get(self.rewrite_task_id) or 'without a state'}"
+        first = failed[0] if len(failed) == 1 else ", ".join(failed)
+        why = ti.xcom_pull(task_ids=failed[0], key=FAILURE_XCOM_KEY) if len(failed) == 1 else None
+        ran = "" if self.rewrite_task_id in failed else f", so {self.rewrite_task_id} did not run"
+        return f"{first} failed{ran}: {why or 'see its log'}"

@@ -132,6 +132,12 @@ class TableHealth:
     def dangling_delete_files(self) -> int:
         return sum(p.dangling_delete_files for p in self.partitions)
 
+    @property
+    def all_delete_files(self) -> int:
+        """Every delete file of the snapshot, dangling ones too: its summary's ``total-delete-files``, the count the
+        run records and the health watch's rows give."""
+        return self.delete_files + self.dangling_delete_files
+
     def totals(self) -> dict[str, int]:
         return {
             "data_files": self.data_files,

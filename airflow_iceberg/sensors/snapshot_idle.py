@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -13,9 +14,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.operators.write_gate import run_owner
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
+
+#: The least time a look gets, even when the sensor's timeout has (all but) run out: in reschedule mode each poke is
+#: a new try, and the try that meets the timeout must still look, or its message could only guess why the wait ended.
+LOOK_FLOOR_SECONDS = 10.0
 
 
 class WritersNotQuiet(AirflowSensorTimeout):
@@ -32,7 +38,8 @@ class SnapshotIdleSensor(BaseSensorOperator):
     and ``reschedule`` mode and, with ``deferrable=True``, in the triggerer; ``poke_interval`` paces both. Each
     look renews the run's lease on the gate, so the lease can be short; the look fails at once if this run no
     longer holds the gate, since the writer may then be committing, without retries (a retry would not get the gate
-    back). No look outlasts the sensor's ``timeout``.
+    back). No look outlasts the sensor's ``timeout`` by more than ``LOOK_FLOOR_SECONDS``, the least time each look
+    gets, so that the wait's last try, which meets the timeout, still sees why the writers were not quiet.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param idle_seconds: How long the table must have been quiet.
@@ -88,9 +95,10 @@ class SnapshotIdleSensor(BaseSensorOperator):
         return PokeReturnValue(is_done=check.done, xcom_value=check.as_xcom())
 
     def _bounded_check(self, context: Context) -> IdleCheck:
-        """One look, which may not outlast what is left of the sensor's timeout (a stuck catalog read, say)."""
+        """One look, which may not outlast what is left of the sensor's timeout (a stuck catalog read, say), nor
+        ``LOOK_FLOOR_SECONDS`` when less is left."""
         ends_at = self._ends_at if self._ends_at is not None else time.monotonic() + self.timeout
-        left = ends_at - time.monotonic()
+        budget = max(ends_at - time.monotonic(), LOOK_FLOOR_SECONDS)
         outcome: dict[str, Any] = {}
 
         def look() -> None:
@@ -102,18 +110,19 @@ class SnapshotIdleSensor(BaseSensorOperator):
         # A daemon thread: one that never returns is abandoned, and ends with the task's process.
         worker = threading.Thread(target=look, name="snapshot-idle-look", daemon=True)
         worker.start()
-        worker.join(max(left, 0.0))
+        worker.join(budget)
         if worker.is_alive():
-            raise self._timed_out(look_running=True)
+            raise self._timed_out(look_seconds=budget)
         if isinstance(outcome.get("error"), LeaseLostError):  # a retry would not get the gate back
             raise AirflowFailException(str(outcome["error"])) from None
         if "error" in outcome:
             raise outcome["error"]
         return outcome["check"]
 
-    def _timed_out(self, why: str | None = None, look_running: bool = False) -> WritersNotQuiet:
-        """The timeout, with its cause (``why``; else as the last finished look saw it), and what to do."""
-        running = ", with a look still running" if look_running else ""
+    def _timed_out(self, why: str | None = None, look_seconds: float | None = None) -> WritersNotQuiet:
+        """The timeout, with its cause (``why``; else as the last finished look saw it, or as the look still running
+        after ``look_seconds`` says it), and what to do."""
+        running = f", with a look still running after {look_seconds:.0f} s" if look_seconds is not None else ""
         why = why or why_not_idle(self._last_check, self.table, self.write_gate_conn_id)
         return WritersNotQuiet(
             f"the writers of {self.table} had not gone quiet when the sensor's timeout of {self.timeout:g} s ran "
@@ -129,6 +138,20 @@ class SnapshotIdleSensor(BaseSensorOperator):
         return time.monotonic() - max(waited, 0.0)
 
     def execute(self, context: Context) -> Any:
+        with self._telling_the_record(context):
+            return self._wait(context)
+
+    @contextmanager
+    def _telling_the_record(self, context: Context) -> Iterator[None]:
+        """A wait that timed out leaves its reason where the run's record (``record_run``) reads it, as XCom
+        ``failure``: the record then says why the run ended, not only that the rewrites did not run."""
+        try:
+            yield
+        except WritersNotQuiet as timed_out:
+            context["ti"].xcom_push(key=FAILURE_XCOM_KEY, value=str(timed_out))
+            raise
+
+    def _wait(self, context: Context) -> Any:
         self._ends_at = self._started_at(context) + self.timeout
         if not self.deferrable:
             try:
@@ -162,7 +185,8 @@ class SnapshotIdleSensor(BaseSensorOperator):
         if event.get("status") == "not_held":
             raise AirflowFailException(event.get("message"))
         if event.get("status") == "timeout":  # the trigger's last look said why
-            raise self._timed_out(event.get("message"))
+            with self._telling_the_record(context):
+                raise self._timed_out(event.get("message"))
         if event.get("status") != "success":
             raise RuntimeError(f"waiting for the writer of {self.table} to go quiet failed: {event.get('message')}")
         self.log.info("%s quiet: %s", self.table, event["check"])

@@ -23,10 +23,26 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A table's newest snapshot: its id and commit time."""
+    """A table's newest snapshot: its id, commit time, and the writer that committed it, as far as its summary
+    names one (:func:`committed_by`)."""
 
     snapshot_id: int
     committed_at: datetime
+    committed_by: str | None = None
+
+
+#: Snapshot-summary keys that name the application that committed a snapshot, and how to say it: Flink's Iceberg
+#: sink writes its job id, Spark's writes its application id.
+COMMITTER_KEYS = (("flink.job-id", "Flink job {}"), ("spark.app.id", "Spark application {}"))
+
+
+def committed_by(summary: dict[str, str]) -> str | None:
+    """The writer a snapshot's summary names, e.g. ``Flink job 5e2c…``; None if it names none (pyiceberg, say)."""
+    for key, said in COMMITTER_KEYS:
+        if summary.get(key):
+            return said.format(summary[key])
+    engine = summary.get("engine-name")
+    return f"a {engine} writer" if engine else None
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,8 @@ class IdleCheck:
     gate_closed_at: datetime
     newest_snapshot_id: int | None
     newest_snapshot_at: datetime | None
+    #: The writer that committed the newest snapshot, as its summary names it.
+    newest_snapshot_by: str | None = None
     #: Every writer waited for acknowledged this closing, and the newest snapshot is one they acknowledged.
     acknowledged: bool = False
     #: The writers waited for (seen within a lease of the closing), and those that acknowledged it.
@@ -55,6 +73,7 @@ class IdleCheck:
             "gate_closed_at": self.gate_closed_at.isoformat(),
             "newest_snapshot_id": self.newest_snapshot_id,
             "newest_snapshot_at": self.newest_snapshot_at.isoformat() if self.newest_snapshot_at else None,
+            "newest_snapshot_by": self.newest_snapshot_by,
         }
 
 
@@ -63,8 +82,8 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
     do: for the message of a wait that ran out of time."""
     if check is None:
         return (
-            f"the look at {table} did not finish in time: the catalog or the gate's MySQL (connection "
-            f"{write_gate_conn_id!r}) did not answer"
+            f"no look at {table} finished: the catalog or the gate's MySQL (connection {write_gate_conn_id!r}) "
+            "did not answer"
         )
     waited_for = f"writers waited for: {list(check.writers) or 'none reported'}; acknowledged: " + str(
         list(check.writers_acknowledged)
@@ -72,9 +91,10 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
     newest = check.newest_snapshot_at
     if newest is not None and newest > check.gate_closed_at:
         after = (newest - check.gate_closed_at).total_seconds()
+        by = check.newest_snapshot_by or "a writer whose snapshot summary names no Flink job or Spark application"
         return (
             f"a writer kept committing to {table} while its gate was closed: the newest snapshot, "
-            f"{check.newest_snapshot_id}, was committed {after:.0f} s after the gate closed (at "
+            f"{check.newest_snapshot_id}, was committed by {by} {after:.0f} s after the gate closed (at "
             f"{check.gate_closed_at:%Y-%m-%d %H:%M:%S} UTC) ({waited_for}). A writer that commits through a closed "
             f"gate does not read it: check that every writer of {table} reads its write gate, from the database of "
             f"connection {write_gate_conn_id!r}"
@@ -121,6 +141,7 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
         gate_closed_at=gate.closed_at,
         newest_snapshot_id=newest_id,
         newest_snapshot_at=newest.committed_at if newest else None,
+        newest_snapshot_by=newest.committed_by if newest else None,
     )
 
 
@@ -145,7 +166,12 @@ def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
     if not metadata.snapshots:
         return None
     newest = max(metadata.snapshots, key=lambda s: s.timestamp_ms)
-    return Snapshot(newest.snapshot_id, datetime.fromtimestamp(newest.timestamp_ms / 1000, tz=timezone.utc))
+    summary = newest.summary.additional_properties if newest.summary is not None else {}
+    return Snapshot(
+        newest.snapshot_id,
+        datetime.fromtimestamp(newest.timestamp_ms / 1000, tz=timezone.utc),
+        committed_by(summary),
+    )
 
 
 def check_snapshot_idle(

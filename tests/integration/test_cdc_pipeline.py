@@ -32,6 +32,7 @@ from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
+from airflow_iceberg.triggers.snapshot_idle import committed_by
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
@@ -240,6 +241,9 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
 
     events = job.events()
     assert sorted(events) == list(range(PARALLELISM))
+    # A writer that commits through a closed gate is named from its snapshot's summary: what each engine writes there.
+    assert committed_by(flink_snapshots(cdc_table)[-1].summary.additional_properties).startswith("Flink job ")
+    assert committed_by(compactions[-1][3][-1].summary.additional_properties).startswith("Spark application ")
     # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
     history = {entry.snapshot_id for entry in load(cdc_table).history()}
     writers = gate_hook.get_state(cdc_table).writers

@@ -99,6 +99,12 @@ def test_a_busy_writer_that_ignores_the_gate_times_the_wait_out_and_nothing_is_r
     assert outcome.checks["busy_commits"] >= 2  # it did commit while the gate was closed
     assert states["wait_until_snapshot_idle"] == "failed" and states["rewrite_files"] == "upstream_failed"
     assert (outcome.run_state, outcome.gate_after) == ("failed", "open")
+    # The run's record names the task that ended the run and says why, as the wait saw it on its last try.
+    detail = outcome.checks["record_detail"]
+    assert detail.startswith(
+        f"wait_until_snapshot_idle failed, so rewrite_files did not run: the writers of {faults.TABLE} had not gone "
+        "quiet when the sensor's timeout of 15 s ran out: a writer kept committing to "
+    ), detail
 
 
 @pytest.mark.timeout(1800)

@@ -41,3 +41,15 @@ def test_a_changed_setting_description_makes_the_settings_block_stale(monkeypatc
     monkeypatch.setattr(HealthConfig.model_fields["min_small_files"], "description", "Something else now")
     rendered = docs.render(text)
     assert rendered != text and "| Something else now |" in rendered
+
+
+def test_the_protocol_doc_says_what_a_run_waiting_for_the_gate_writes_to_the_audit_trail():
+    """As ``tests/integration/operators/test_write_gate.py`` asserts on the real trail: a run that waits for a held
+    gate writes nothing until it closes it; one that gives up writes one ``close_refused``."""
+    text = (docs.DOCS / "write-gate-protocol.md").read_text()
+    close_rule = " ".join(text.split("- **Close** (`CloseWriteGateOperator`)")[1].split("\n- **Open**")[0].split())
+    assert "while it waits, the task only reads the gate and writes no audit row" in close_rule
+    assert "two runs that take turns leave `close`, `open`, `close`, `open`" in close_rule
+    assert "when the wait is over (or a run that found the gate free lost the race for it), one `close_refused`" in (
+        close_rule
+    )

@@ -15,6 +15,21 @@ from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck
 
 
+class TaskInstance:
+    """What the sensor uses of its task instance: the XComs it pushes, and in reschedule mode, when the wait's
+    first try began (``waited`` seconds ago)."""
+
+    def __init__(self, waited: float = 0.0) -> None:
+        self.first = datetime.now(timezone.utc) - timedelta(seconds=waited)
+        self.pushed: dict[str, object] = {}
+
+    def get_first_reschedule_date(self, context):
+        return self.first
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
 def test_sensor_defaults_its_iceberg_connection_to_the_catalog_and_refuses_negative_idle():
     sensor = SnapshotIdleSensor(task_id="w", table="other.demo.events", idle_seconds=10)
     assert sensor.iceberg_conn_id == "other"
@@ -29,7 +44,8 @@ def test_sensor_needs_an_idle_window_from_its_caller():
 
 
 def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
-    """A catalog read that hangs ends the wait when the sensor's time is up, not when the read returns."""
+    """A catalog read that hangs ends the wait when the sensor's time is up (or the least time a look gets, if that
+    is later), not when the read returns."""
     released = threading.Event()
     sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=10, timeout=2, mode="poke")
     monkeypatch.setattr(sensor, "_check", lambda context: released.wait(600))  # a look that never comes back
@@ -37,13 +53,13 @@ def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
     try:
         with pytest.raises(
             AirflowSensorTimeout,
-            match="timeout of 2 s ran out, with a look still running: the look at "
-            "lake.demo.events did not finish in time: the catalog or the gate's MySQL",
+            match="timeout of 2 s ran out, with a look still running after 10 s: no look at "
+            "lake.demo.events finished: the catalog or the gate's MySQL",
         ):
-            sensor.execute({"ti": None})
+            sensor.execute({"ti": TaskInstance()})
     finally:
         released.set()
-    assert time.monotonic() - started < 60  # the timeout (2 s) plus slack for a loaded machine, never the read's 600 s
+    assert time.monotonic() - started < 60  # the look's 10 s plus slack for a loaded machine, never the read's 600 s
 
 
 def test_a_look_that_fails_fails_the_poke_with_its_own_error(monkeypatch):
@@ -54,7 +70,7 @@ def test_a_look_that_fails_fails_the_poke_with_its_own_error(monkeypatch):
 
     monkeypatch.setattr(sensor, "_check", look)
     with pytest.raises(LookupError, match="not found"):  # retried like any error: the catalog may come back
-        sensor.execute({"ti": None})
+        sensor.execute({"ti": TaskInstance()})
 
 
 def test_a_run_that_lost_its_gate_fails_the_wait_without_retries(monkeypatch):
@@ -65,7 +81,7 @@ def test_a_run_that_lost_its_gate_fails_the_wait_without_retries(monkeypatch):
 
     monkeypatch.setattr(sensor, "_check", look)
     with pytest.raises(AirflowFailException, match="is not held"):
-        sensor.execute({"ti": None})
+        sensor.execute({"ti": TaskInstance()})
     with pytest.raises(AirflowFailException, match="is not held"):  # the same when waiting in the triggerer
         sensor.execute_complete({}, {"status": "not_held", "message": "the write gate of lake.demo.events is not held"})
 
@@ -86,7 +102,7 @@ def looks_until_timeout(monkeypatch, check: IdleCheck) -> str:
     )
     monkeypatch.setattr(sensor, "_check", lambda context: check)
     with pytest.raises(AirflowSensorTimeout) as timed_out:
-        sensor.execute({"ti": None})
+        sensor.execute({"ti": TaskInstance()})
     return str(timed_out.value)
 
 
@@ -105,13 +121,51 @@ def test_a_wait_that_times_out_while_a_writer_commits_through_the_gate_says_so(m
     assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 0.3 s ")
     assert (
         "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 77, was "
-        "committed 95 s after the gate closed (at 2026-11-25 10:00:00 UTC)" in message
+        "committed by a writer whose snapshot summary names no Flink job or Spark application 95 s after the gate "
+        "closed (at 2026-11-25 10:00:00 UTC)" in message
     )
     assert (
         "check that every writer of lake.demo.events reads its write gate, from the database of connection "
         "'gate'" in message
     )
     assert "still running" not in message
+
+
+def test_the_rescheduled_try_that_meets_the_timeout_still_looks_and_names_the_committing_writer(monkeypatch):
+    """In reschedule mode each poke is a new try of a new sensor object, with no earlier look to go by. The try
+    that starts after the timeout has run out must look before it fails, and say what the look saw: a writer
+    committing through the closed gate, named from its snapshot's summary, not a catalog that did not answer."""
+    committing = IdleCheck(
+        done=False,
+        quiet_seconds=0.5,
+        idle_seconds=10,
+        gate_closed_at=CLOSED_AT,
+        newest_snapshot_id=78,
+        newest_snapshot_at=CLOSED_AT + timedelta(seconds=31),
+        newest_snapshot_by="Flink job 5e2c0b7a",
+        writers=("events-ingest",),
+        writers_acknowledged=(),
+    )
+
+    def look(context):
+        time.sleep(0.3)  # a real look takes time: the catalog, then the gate
+        return committing
+
+    sensor = SnapshotIdleSensor(
+        task_id="w", table="lake.demo.events", idle_seconds=10, timeout=30, mode="reschedule", write_gate_conn_id="gate"
+    )
+    monkeypatch.setattr(sensor, "_check", look)
+    ti = TaskInstance(waited=31.7)
+    with pytest.raises(AirflowSensorTimeout) as timed_out:
+        sensor.execute({"ti": ti})
+    message = str(timed_out.value)
+    assert ti.pushed == {"failure": message}  # for the run's record
+    assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 30 s ")
+    assert (
+        "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 78, was "
+        "committed by Flink job 5e2c0b7a 31 s after the gate closed" in message
+    )
+    assert "still running" not in message and "did not answer" not in message
 
 
 def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_acknowledge(monkeypatch):
@@ -135,9 +189,12 @@ def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_a
 
 def test_a_deferred_wait_that_times_out_fails_with_the_triggers_reason():
     sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=300, timeout=600)
+    ti = TaskInstance()
     with pytest.raises(
         AirflowSensorTimeout,
         match=r"^the writers of lake.demo.events had not gone quiet when the "
         r"sensor's timeout of 600 s ran out: a writer kept committing",
-    ):
-        sensor.execute_complete({}, {"status": "timeout", "message": "a writer kept committing to lake.demo.events"})
+    ) as timed_out:
+        event = {"status": "timeout", "message": "a writer kept committing to lake.demo.events"}
+        sensor.execute_complete({"ti": ti}, event)
+    assert ti.pushed == {"failure": str(timed_out.value)}  # for the run's record

@@ -11,7 +11,7 @@ from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.triggers import snapshot_idle
-from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, decide_idle
+from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, committed_by, decide_idle
 
 RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -46,6 +46,17 @@ def test_quiet_time_counts_from_the_close_when_the_newest_snapshot_is_older():
     check = decide_idle(gate(30), RUN, snapshot(7, -100), idle_seconds=60)
     assert (check.done, check.quiet_seconds) == (False, 30)
     assert decide_idle(gate(60), RUN, snapshot(7, -100), idle_seconds=60).done
+
+
+def test_a_snapshot_summary_names_the_flink_job_or_spark_application_that_committed_it():
+    flink = {"flink.job-id": "5e2c0b7a", "flink.max-committed-checkpoint-id": "12", "engine-name": "flink"}
+    assert committed_by(flink) == "Flink job 5e2c0b7a"
+    assert committed_by({"spark.app.id": "local-1764", "engine-name": "spark"}) == "Spark application local-1764"
+    assert committed_by({"engine-name": "trino"}) == "a trino writer"
+    assert committed_by({"added-data-files": "1"}) is None  # pyiceberg names no writer
+    newest = Snapshot(9, CLOSED_AT + timedelta(seconds=12), committed_by(flink))
+    check = decide_idle(gate(20), RUN, newest, idle_seconds=60)
+    assert check.newest_snapshot_by == check.as_xcom()["newest_snapshot_by"] == "Flink job 5e2c0b7a"
 
 
 def test_quiet_time_counts_from_a_snapshot_committed_after_the_close():
