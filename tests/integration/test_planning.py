@@ -146,12 +146,13 @@ def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compa
     assert set(deletes_before) == set(unhealthy)  # position deletes in the two unhealthy days only
     rows_before = rows(table)
 
-    # The table's own options keep the position deletes its rewrite made dangling (and the position-delete rewrite
-    # finds too few files to take up): the record still counts them, as the snapshot's summary does.
+    # The table's own options keep the position deletes its rewrite made dangling (and give the position-delete
+    # rewrite too few files to take up): the record still counts them, as the snapshot's summary does.
     dag = compaction_dag(
         table,
         health={"min_small_files": 4, "max_delete_ratio": 0.5, "max_delete_age_minutes": 600},
         rewrite_data_files={"remove-dangling-deletes": False},
+        rewrite_position_delete_files={"min-input-files": 100},
     )
     run = dag.test()
 
