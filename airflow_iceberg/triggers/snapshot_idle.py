@@ -31,17 +31,16 @@ class Snapshot:
     committed_by: str | None = None
 
 
-#: Snapshot-summary keys that name the application that committed a snapshot, and how to say it: Flink's Iceberg
-#: sink writes its job id, Spark's writes its application id.
-COMMITTER_KEYS = (("flink.job-id", "Flink job {}"), ("spark.app.id", "Spark application {}"))
-
-
 def committed_by(summary: dict[str, str]) -> str | None:
-    """The writer a snapshot's summary names, e.g. ``Flink job 5e2c…``; None if it names none (pyiceberg, say)."""
-    for key, said in COMMITTER_KEYS:
-        if summary.get(key):
-            return said.format(summary[key])
+    """The writer a snapshot's summary names: Flink's sink writes its job id (``flink.job-id``), Spark its
+    application's id and name (``spark.app.id`` or ``app-id``, ``app-name``; a procedure's commit only the
+    latter). None if it names none (pyiceberg, say)."""
+    if job := summary.get("flink.job-id"):
+        return f"Flink job {job}"
     engine = summary.get("engine-name")
+    if app := summary.get("spark.app.id") or summary.get("app-id"):
+        said = f"{'Spark' if engine in (None, 'spark') else engine} application {app}"
+        return f"{said} ({summary['app-name']})" if summary.get("app-name") else said
     return f"a {engine} writer" if engine else None
 
 

@@ -243,7 +243,7 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     assert sorted(events) == list(range(PARALLELISM))
     # A writer that commits through a closed gate is named from its snapshot's summary: what each engine writes there.
     assert committed_by(flink_snapshots(cdc_table)[-1].summary.additional_properties).startswith("Flink job ")
-    assert committed_by(compactions[-1][3][-1].summary.additional_properties).startswith("Spark application ")
+    assert "spark" in str(committed_by(compactions[-1][3][-1].summary.additional_properties)).lower()
     # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
     history = {entry.snapshot_id for entry in load(cdc_table).history()}
     writers = gate_hook.get_state(cdc_table).writers

@@ -52,6 +52,8 @@ def test_a_snapshot_summary_names_the_flink_job_or_spark_application_that_commit
     flink = {"flink.job-id": "5e2c0b7a", "flink.max-committed-checkpoint-id": "12", "engine-name": "flink"}
     assert committed_by(flink) == "Flink job 5e2c0b7a"
     assert committed_by({"spark.app.id": "local-1764", "engine-name": "spark"}) == "Spark application local-1764"
+    rewrite = {"app-id": "local-1795", "app-name": "iceberg-rewrite_data_files-lake.db.t", "engine-name": "spark"}
+    assert committed_by(rewrite) == "Spark application local-1795 (iceberg-rewrite_data_files-lake.db.t)"
     assert committed_by({"engine-name": "trino"}) == "a trino writer"
     assert committed_by({"added-data-files": "1"}) is None  # pyiceberg names no writer
     newest = Snapshot(9, CLOSED_AT + timedelta(seconds=12), committed_by(flink))
