@@ -56,7 +56,7 @@ from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id
 from airflow_iceberg.table_list import load_table_list
 from devkit.bench_health import CATALOG_CONN, bench_settings
 from devkit.cdc import MERGE_ON_READ, CdcJob, ChangeStream, create_cdc_table
@@ -493,7 +493,7 @@ def pauses(gate: WriteGateHook, table: TableName, since: float) -> list[float]:
     return found
 
 
-PAUSE_TASKS = ("close_gate", "wait_until_snapshot_idle", "rewrite_files", "open_gate")
+PAUSE_TASKS = ("close_gate", "wait_until_snapshot_idle", REWRITE_TASK_ID, "open_gate")
 
 
 def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float]:

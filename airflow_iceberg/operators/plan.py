@@ -245,7 +245,6 @@ class RecordRunOperator(BaseOperator):
         failed = sorted(task_id for task_id in steps if states.get(task_id) == "failed")
         if not failed:
             return f"{self.rewrite_task_id} ended {states.get(self.rewrite_task_id) or 'without a state'}"
-        first = failed[0] if len(failed) == 1 else ", ".join(failed)
         why = ti.xcom_pull(task_ids=failed[0], key=FAILURE_XCOM_KEY) if len(failed) == 1 else None
         ran = "" if self.rewrite_task_id in failed else f", so {self.rewrite_task_id} did not run"
-        return f"{first} failed{ran}: {why or 'see its log'}"
+        return f"{', '.join(failed)} failed{ran}: {why or 'see its log'}"
