@@ -34,7 +34,8 @@ class Snapshot:
 def committed_by(summary: dict[str, str]) -> str | None:
     """The writer a snapshot's summary names: Flink's sink writes its job id (``flink.job-id``), Spark its
     application's id and name (``spark.app.id`` or ``app-id``, ``app-name``; a procedure's commit only the
-    latter). None if it names none (pyiceberg, say)."""
+    latter). None if it names none: pyiceberg's commits, and a Spark procedure's before Iceberg 1.6, which began to
+    write the engine and application into the summary (apache/iceberg#9273)."""
     if job := summary.get("flink.job-id"):
         return f"Flink job {job}"
     engine = summary.get("engine-name")

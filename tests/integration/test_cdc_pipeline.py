@@ -24,7 +24,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from pyiceberg.manifest import DataFileContent
 
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.iceberg_runtime import missing_option
+from airflow_iceberg.core.iceberg_runtime import IcebergVersion, missing_option
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
@@ -235,15 +235,18 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     finally:
         compacted.set()
         job.stop()
-    removes_dangling = (
-        missing_option("rewrite_data_files", "remove-dangling-deletes", "true", config.spark.iceberg_runtime()) is None
-    )
+    runtime = config.spark.iceberg_runtime()
+    removes_dangling = missing_option("rewrite_data_files", "remove-dangling-deletes", "true", runtime) is None
 
     events = job.events()
     assert sorted(events) == list(range(PARALLELISM))
     # A writer that commits through a closed gate is named from its snapshot's summary: what each engine writes there.
     assert committed_by(flink_snapshots(cdc_table)[-1].summary.additional_properties).startswith("Flink job ")
-    assert "spark" in str(committed_by(compactions[-1][3][-1].summary.additional_properties)).lower()
+    rewrite_by = committed_by(compactions[-1][3][-1].summary.additional_properties)
+    if runtime is None or runtime.version >= IcebergVersion(1, 6):
+        assert "spark" in str(rewrite_by).lower()
+    else:  # Iceberg 1.5 writes no engine into a procedure's summary (1.6, apache/iceberg#9273, began to)
+        assert rewrite_by is None
     # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
     history = {entry.snapshot_id for entry in load(cdc_table).history()}
     writers = gate_hook.get_state(cdc_table).writers
