@@ -1,6 +1,6 @@
 """Every exception the provider raises, in one place: catch them from here.
 
-Three belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
+Five belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
 imports Airflow and pymysql): they are defined beside their code in ``airflow_iceberg.core`` and exported here.
 Each message names the bad value, the table or the connection, and what to do.
 """
@@ -10,12 +10,14 @@ from __future__ import annotations
 import pymysql
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_iceberg.core.gate_holder import GateBusyError, WritersNotAcknowledgedError
 from airflow_iceberg.core.gate_protocol import WriteGateAccessError
 from airflow_iceberg.core.lease import LeaseLostError
 from airflow_iceberg.core.tables import InvalidCallError
 
 __all__ = [
     "FleetQueryError",
+    "GateBusyError",
     "IcebergConfigError",
     "InvalidCallError",
     "LeaseLostError",
@@ -27,6 +29,7 @@ __all__ = [
     "WriteGateHeldError",
     "WriteGateSchemaError",
     "WriteGateUnreachableError",
+    "WritersNotAcknowledgedError",
 ]
 
 

@@ -14,6 +14,10 @@ Iceberg sink in upsert mode, behind ``GatedSource``) four times, once per arm, e
 
 In arms 2 to 4 the gate stays open: the writer's source asks MySQL every 0.5 s as in arm 1, and never waits.
 
+Then arms 1 to 3 again with batch writers beside the stream (``devkit/writer_jobs/batch_changes.py``): a Spark
+``DELETE`` by a non-key condition and a ``MERGE`` in turns. In arm 1 the batch job holds the gate for each statement
+(``GateHolder``), so the stream pauses and acknowledges before it runs; the peers' batch jobs retry a failed one.
+
 Every ``--sample-every`` seconds a Spark application of the bench's own (``devkit/peer_sampler.py``) counts the
 table's data, position-delete and equality-delete files and its snapshots, and times a full scan. For each arm as
 a whole: the freshness of each change (from its hand-over to the producer to the commit of the Iceberg snapshot that
@@ -355,7 +359,9 @@ def run_arm(
             first_key=load.keys,
             keys=load.batch_keys,
             interval_seconds=load.batch_every,
-            gated=arm == "airflow-iceberg",  # our batch jobs take the gate as writers do; the peers have none
+            # Ours hold the gate for each statement, pausing the stream (GateHolder); the peers have no gate.
+            gated=arm == "airflow-iceberg",
+            exclusive=arm == "airflow-iceberg",
             writer_id=f"{topic}_batch",
         )
         if mixed
@@ -554,7 +560,7 @@ def report(results: list[ArmResult], load: Load) -> None:
         print()
         print(
             f"with batch writers: a DELETE by a non-key condition and a MERGE in turns, every {load.batch_every:g} s, "
-            f"on {load.batch_keys} keys of their own; ours take the gate, the peers' retry a failed statement"
+            f"on {load.batch_keys} keys of their own; ours hold the gate per statement, the peers' retry a failed one"
         )
         print(
             "| arm | statements | failed attempts (retried) | lost statements | failed rewrites | writer's failed "

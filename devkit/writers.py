@@ -348,7 +348,8 @@ class BatchInsertJob(IngestJob):
 class BatchChangesJob(IngestJob):
     """The reference batch writer of a CDC table, ``devkit/writer_jobs/batch_changes.py``, in the background: a
     ``DELETE`` with a non-key condition and a ``MERGE`` in turns, on keys from ``first_key`` on, apart from the
-    stream's; with ``gated``, it takes the gate as a writer does.
+    stream's; with ``gated``, it takes the gate as a writer does, and with ``exclusive`` as well it holds the gate for
+    each statement (``GateHolder``), pausing the stream while the statement commits.
 
     :param keys: How many keys it owns.
     :param interval_seconds: Seconds between two statements.
@@ -367,9 +368,11 @@ class BatchChangesJob(IngestJob):
         interval_seconds: float = 30.0,
         max_attempts: int = 3,
         gated: bool = True,
+        exclusive: bool = False,
         writer_id: str = "batch-changes",
     ) -> None:
         super().__init__(config, workdir, gated=gated, writer_id=writer_id)
+        self.exclusive = exclusive
         self.first_key = first_key
         self.keys = keys
         self.interval_seconds = interval_seconds
@@ -385,4 +388,5 @@ class BatchChangesJob(IngestJob):
             str(self.interval_seconds),
             "--max-attempts",
             str(self.max_attempts),
+            *(["--exclusive"] if self.exclusive else []),
         ]

@@ -78,6 +78,43 @@ WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
   AND state = 'closed' AND lease_expires_at > NOW(6)"""
 
 
+#: The owner's statements, run by WriteGateHook for DAG runs and by GateHolder for jobs that hold a gate
+#: themselves: each change locks the row (GATE_ENSURE_ROW_SQL, then GATE_SELECT_SQL FOR UPDATE), decides by the
+#: rules of ``gate_state.py``, and writes the change and its audit row in one transaction.
+GATE_ENSURE_ROW_SQL = f"""INSERT INTO {GATE_TABLE} (table_name) VALUES (%s)
+    ON DUPLICATE KEY UPDATE table_name = table_name"""
+
+GATE_SELECT_ALL_SQL = (
+    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
+    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE}"
+)
+GATE_SELECT_SQL = f"{GATE_SELECT_ALL_SQL} WHERE table_name = %s"
+
+WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
+    WHERE table_name = %s ORDER BY writer_id"""
+
+#: Applied only after decide_close allowed it, on the row locked as above, and followed by the owner's
+#: renewal (OWNER_RENEW_SQL), which caps the lease at the pause's deadline. An owner's re-close keeps its
+#: original close time and deadline.
+OWNER_CLOSE_SQL = f"""UPDATE {GATE_TABLE}
+    SET closed_at = IF(%(renew)s, closed_at, NOW(6)), state = 'closed',
+        owner_dag_id = %(dag_id)s, owner_run_id = %(run_id)s, lease_seconds = %(lease_seconds)s,
+        pause_deadline = CASE WHEN %(renew)s THEN pause_deadline
+                              WHEN %(max_pause_seconds)s IS NULL THEN NULL
+                              ELSE NOW(6) + INTERVAL %(max_pause_seconds)s SECOND END,
+        lease_expires_at = NOW(6) + INTERVAL %(lease_seconds)s SECOND
+    WHERE table_name = %(table)s"""
+
+OWNER_OPEN_SQL = f"""UPDATE {GATE_TABLE}
+    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
+        lease_seconds = NULL, pause_deadline = NULL
+    WHERE table_name = %(table)s"""
+
+AUDIT_INSERT_SQL = f"""INSERT INTO {AUDIT_TABLE}
+    (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
+    VALUES (%s, %s, %s, %s, %s, %s)"""
+
+
 #: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. An owner
 #: that freezes inside such a transaction (a stopped process, a paused VM, a lost network) keeps its row lock
 #: until the server drops its connection: after ``wait_timeout`` seconds, here, instead of MySQL's default of

@@ -21,11 +21,17 @@ import pymysql
 from airflow.sdk import BaseHook
 
 from airflow_iceberg.core.gate_protocol import (
+    AUDIT_INSERT_SQL,
     AUDIT_TABLE,
+    GATE_ENSURE_ROW_SQL,
+    GATE_SELECT_ALL_SQL,
+    GATE_SELECT_SQL,
     GATE_TABLE,
+    OWNER_CLOSE_SQL,
+    OWNER_OPEN_SQL,
     OWNER_RENEW_SQL,
     WRITE_GATE_DEFAULT_CONN_ID,
-    WRITER_TABLE,
+    WRITERS_SELECT_SQL,
     owner_connection,
 )
 from airflow_iceberg.core.gate_state import (
@@ -49,37 +55,6 @@ from airflow_iceberg.exceptions import (
 )
 from airflow_iceberg.hooks import write_gate_schema
 from airflow_iceberg.hooks.run_records import RunRecords, the_row
-
-_ENSURE_ROW = f"INSERT INTO {GATE_TABLE} (table_name) VALUES (%s) ON DUPLICATE KEY UPDATE table_name = table_name"
-
-_SELECT_GATES = (
-    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
-    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE}"
-)
-_SELECT = f"{_SELECT_GATES} WHERE table_name = %s"
-
-_SELECT_WRITERS = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
-    WHERE table_name = %s ORDER BY writer_id"""
-
-# Applied only after decide_close allowed it, on the row locked by _locked_state, and followed by the owner's
-# renewal (OWNER_RENEW_SQL), which caps the lease at the pause's deadline. An owner's re-close keeps its
-# original close time and deadline.
-_CLOSE = f"""UPDATE {GATE_TABLE}
-    SET closed_at = IF(%(renew)s, closed_at, NOW(6)), state = 'closed',
-        owner_dag_id = %(dag_id)s, owner_run_id = %(run_id)s, lease_seconds = %(lease_seconds)s,
-        pause_deadline = CASE WHEN %(renew)s THEN pause_deadline
-                              WHEN %(max_pause_seconds)s IS NULL THEN NULL
-                              ELSE NOW(6) + INTERVAL %(max_pause_seconds)s SECOND END,
-        lease_expires_at = NOW(6) + INTERVAL %(lease_seconds)s SECOND
-    WHERE table_name = %(table)s"""
-
-_OPEN = f"""UPDATE {GATE_TABLE}
-    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
-        lease_seconds = NULL, pause_deadline = NULL
-    WHERE table_name = %(table)s"""
-
-_AUDIT = f"""INSERT INTO {AUDIT_TABLE} (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
-    VALUES (%s, %s, %s, %s, %s, %s)"""
 
 _AUDIT_SELECT = f"""SELECT id, table_name, action, owner_dag_id, owner_run_id, at, lease_expires_at, detail
     FROM {AUDIT_TABLE} WHERE table_name = %s ORDER BY id"""
@@ -248,9 +223,9 @@ class WriteGateHook(RunRecords, BaseHook):
         """The gate row of ``table`` and its writers, read together; a table never gated reads as open."""
         name = str(TableName.of(table))
         with self._transaction() as cursor:
-            cursor.execute(_SELECT_WRITERS, (name,))
+            cursor.execute(WRITERS_SELECT_SQL, (name,))
             writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
-            cursor.execute(_SELECT, (name,))
+            cursor.execute(GATE_SELECT_SQL, (name,))
             row = cursor.fetchone()
             if row is None:
                 cursor.execute("SELECT NOW(6) AS database_now")
@@ -261,14 +236,14 @@ class WriteGateHook(RunRecords, BaseHook):
     def gate_states(self) -> dict[str, GateState]:
         """Every gate row of the connection's database, by table name, without its writers: a fleet at a glance."""
         with self._transaction() as cursor:
-            cursor.execute(_SELECT_GATES)
+            cursor.execute(GATE_SELECT_ALL_SQL)
             return {row["table_name"]: GateState.from_row(row) for row in cursor.fetchall()}
 
     @staticmethod
     def _locked_state(cursor: pymysql.cursors.DictCursor, name: str) -> GateState:
         """The gate row of ``name``, created if missing and locked until the transaction ends."""
-        cursor.execute(_ENSURE_ROW, (name,))
-        cursor.execute(_SELECT + " FOR UPDATE", (name,))
+        cursor.execute(GATE_ENSURE_ROW_SQL, (name,))
+        cursor.execute(GATE_SELECT_SQL + " FOR UPDATE", (name,))
         return GateState.from_row(the_row(cursor))
 
     def close_gate(
@@ -320,15 +295,17 @@ class WriteGateHook(RunRecords, BaseHook):
                     "max_pause_seconds": max_pause_seconds,
                     "renew": change.action == "reclose",
                 }
-                cursor.execute(_CLOSE, params)
+                cursor.execute(OWNER_CLOSE_SQL, params)
                 cursor.execute(OWNER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
-                cursor.execute(_SELECT, (name,))
+                cursor.execute(GATE_SELECT_SQL, (name,))
                 after = GateState.from_row(the_row(cursor))
                 lease = after.lease_expires_at
             else:
                 lease = before.lease_expires_at
             if waiting is None:  # a wait for a slot changes no gate: the queue shows it, not the audit trail
-                cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, lease, change.detail))
+                cursor.execute(
+                    AUDIT_INSERT_SQL, (name, change.action, owner.dag_id, owner.run_id, lease, change.detail)
+                )
         if waiting is not None:
             raise SparkSlotsBusyError(waiting)
         if not change.allowed:
@@ -345,9 +322,9 @@ class WriteGateHook(RunRecords, BaseHook):
         name = str(TableName.of(table))
         with self._transaction() as cursor:
             cursor.execute(OWNER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
-            cursor.execute(_SELECT_WRITERS, (name,))
+            cursor.execute(WRITERS_SELECT_SQL, (name,))
             writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
-            cursor.execute(_SELECT, (name,))
+            cursor.execute(GATE_SELECT_SQL, (name,))
             row = cursor.fetchone()
         state = GateState.from_row(row, writers) if row else GateState.never_closed(name, datetime.now(timezone.utc))
         state.require_held_by(owner)
@@ -407,10 +384,10 @@ class WriteGateHook(RunRecords, BaseHook):
             before = self._locked_state(cursor, name)
             change = decide_open(before, owner)
             if change.allowed:
-                cursor.execute(_OPEN, {"table": name})
+                cursor.execute(OWNER_OPEN_SQL, {"table": name})
                 cursor.execute(_SLOT_DROP, (name, owner.dag_id, owner.run_id))  # its Spark slot, if it took one
-            cursor.execute(_AUDIT, (name, change.action, owner.dag_id, owner.run_id, None, change.detail))
-            cursor.execute(_SELECT, (name,))
+            cursor.execute(AUDIT_INSERT_SQL, (name, change.action, owner.dag_id, owner.run_id, None, change.detail))
+            cursor.execute(GATE_SELECT_SQL, (name,))
             after = GateState.from_row(the_row(cursor))
         if change.allowed:
             self.log.info("Write gate of %s opened by %s", name, owner)
@@ -429,10 +406,10 @@ class WriteGateHook(RunRecords, BaseHook):
             before = self._locked_state(cursor, name)
             was_closed = before.state == "closed"
             if was_closed:
-                cursor.execute(_OPEN, {"table": name})
+                cursor.execute(OWNER_OPEN_SQL, {"table": name})
             owner = before.owner
             cursor.execute(
-                _AUDIT,
+                AUDIT_INSERT_SQL,
                 (
                     name,
                     "force_open",

@@ -11,8 +11,11 @@ It inserts its keys first (round 0), then every ``--interval-seconds``, in turns
 On a merge-on-read table each commits delete files, which a rewrite committing meanwhile conflicts with. A failed
 statement is retried, up to ``--max-attempts`` in all; one that fails every time is lost, and counted. With the gate
 arguments it takes the gate as a writer does: it waits while the gate is closed (acknowledging the pause with its
-last snapshot), so that no compaction starts under a statement. Its own state, what the table's rows of its keys
-should be, is updated only by a statement that committed; the final status line holds its count and digest.
+last snapshot), so that no compaction starts under a statement. With ``--exclusive`` as well, it holds the gate for
+each statement instead (``GateHolder``): the stream pauses and acknowledges before the statement runs and resumes
+after it commits, so the statement meets neither a compaction's commit nor the stream's. Its own state, what the
+table's rows of its keys should be, is updated only by a statement that committed; the final status line holds its
+count and digest.
 """
 
 from __future__ import annotations
@@ -23,12 +26,17 @@ import os
 import re
 import sys
 import time
+import uuid
 import zlib
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from airflow_iceberg.core.gate_holder import GateHolder
+from airflow_iceberg.core.gate_protocol import owner_connection
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
+from airflow_iceberg.core.writer import GATE_PASSWORD_ENV, add_gate_arguments, client_from_arguments
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -41,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=2000)
     parser.add_argument("--interval-seconds", type=float, default=30.0)
     parser.add_argument("--max-attempts", type=int, default=3, help="tries of one statement, the first included")
+    parser.add_argument("--exclusive", action="store_true", help="hold the gate for each statement (GateHolder)")
     add_gate_arguments(parser)
     return parser.parse_args(argv)
 
@@ -87,7 +96,23 @@ def main(argv: list[str] | None = None) -> int:
         .getOrCreate()
     )
     apply_job_secrets(spark, read_job_secrets(args.job_secrets))
-    gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
+    holder = None
+    if args.exclusive and args.gate_database:  # it holds the gate for each statement: no writer to register
+
+        def connect() -> object:
+            password = os.environ.get(GATE_PASSWORD_ENV, "")
+            return owner_connection(args.gate_host, args.gate_port, args.gate_user, password, args.gate_database)
+
+        owner = GateOwner(args.gate_writer_id or "batch-changes", uuid.uuid4().hex)
+        holder = GateHolder(str(name), connect, owner, lease_seconds=120)
+    gate = None if holder else client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
+
+    def held() -> AbstractContextManager[object]:
+        """The statement's hold on the gate, if it takes one; a lost lease cancels its Spark jobs."""
+        if holder is None:
+            return nullcontext()
+        return holder.hold(on_lost=lambda reason: spark.sparkContext.cancelAllJobs())
+
     state: dict[int, tuple[str, int]] = {}
     counts = {"statements": 0, "attempts": 0, "failed_attempts": 0, "lost": 0, "paused_s": 0.0}
     failures: list[str] = []
@@ -112,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             for attempt in range(1, args.max_attempts + 1):
                 counts["attempts"] += 1
                 try:
-                    spark.sql(statement)
+                    with held():
+                        spark.sql(statement)
                 except Exception as error:  # a failed commit: nothing of it is in the table; try again
                     counts["failed_attempts"] += 1
                     named = re.search(r"org\.apache\.iceberg\.exceptions\.\w+: [^\n]{0,200}", str(error))

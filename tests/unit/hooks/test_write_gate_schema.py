@@ -41,8 +41,10 @@ def test_every_table_and_column_the_protocols_statements_use_exists_in_the_newes
     text = " ".join(s for v in gate_schema().versions for s in v.statements)
     assert {"WRITER_REGISTER_SQL", "WRITER_CHECK_SQL", "WRITER_ACK_SQL", "WRITER_LEAVE_SQL"} <= set(PROTOCOL_STATEMENTS)
     for name, statement in PROTOCOL_STATEMENTS.items():
-        # Lower-case names with an underscore are the schema's own (keywords are upper case); aliases are not.
-        for identifier in set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", re.sub(r"\bAS \w+", "", statement))):
+        # Lower-case names with an underscore are the schema's own (keywords are upper case); aliases and named
+        # parameters (%(lease_seconds)s) are not.
+        plain = re.sub(r"\bAS \w+|%\(\w+\)s", "", statement)
+        for identifier in set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", plain)):
             assert re.search(rf"\b{identifier}\b", text), f"{name} uses {identifier}, which the schema lacks"
 
 
