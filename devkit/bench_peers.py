@@ -143,6 +143,8 @@ class ArmResult:
     commits: dict[str, int] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
     rows: dict[str, Any] = field(default_factory=dict)
+    #: The stream's changes that no committed snapshot holds, and those its writer emitted more than once.
+    stream: dict[str, int] = field(default_factory=dict)
     pauses_s: list[float] = field(default_factory=list)
     compactions_t: list[float] = field(default_factory=list)  # arm 1: when each run ended, s from the start
     pause_split_s: dict[str, float] = field(default_factory=dict)  # arm 1: where the pauses went, medians
@@ -405,6 +407,8 @@ def run_arm(
     result.samples = [{**s, "t": s["at"] - began} for s in samples]
     committed = commit_times(job, table)
     result.freshness_s, placed = freshness(committed, stream)
+    emits = [seq for events in job.events().values() for seq, _ in events.emits]
+    result.stream = {"lost": stream.produced - placed, "repeated": len(emits) - len(set(emits))}
     result.throughput = {
         "changes": stream.produced,
         "produced_per_s": stream.produced / produced_s,
@@ -564,14 +568,15 @@ def report(results: list[ArmResult], load: Load) -> None:
         )
         print(
             "| arm | statements | failed attempts (retried) | lost statements | failed rewrites | writer's failed "
-            "commits | rows exact |"
+            "commits | stream changes lost / repeated | rows exact |"
         )
-        print("|---|---:|---:|---:|---:|---:|---|")
+        print("|---|---:|---:|---:|---:|---:|---:|---|")
         for r in mixed:
             b = r.batch
             print(
                 f"| {r.arm} | {b.get('statements')} | {b.get('failed_attempts')} | {b.get('lost')} | "
                 f"{r.commits.get('rewrite_failed', 0)} | {r.commits.get('writer_failed', 0)} | "
+                f"{r.stream.get('lost')} / {r.stream.get('repeated')} | "
                 f"{'yes' if r.rows.get('exact') else 'NO: ' + json.dumps(r.rows)} |"
             )
         for r in mixed:
