@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import (
@@ -33,6 +34,7 @@ from airflow_iceberg.core.gate_protocol import (
     OWNER_CLOSE_SQL,
     OWNER_OPEN_SQL,
     OWNER_RENEW_SQL,
+    REGISTER_EVERY_SECONDS,
     WRITERS_SELECT_SQL,
 )
 from airflow_iceberg.core.gate_state import (
@@ -64,6 +66,12 @@ class GateHolder:
     :param lease_seconds: The lease it closes with and renews by; writers resume when a lease is not renewed.
     :param max_pause_seconds: No renewal extends the pause past this many seconds after closing (None: no cap).
     :param poke_interval: Seconds between two looks while it waits for the gate or for the writers.
+    :param settle_seconds: A gate opened less than this long ago is not closed yet: a writer that acknowledged the
+        closing before and looks every half second or so must see it open, or it would take the new closing for
+        the one it acknowledged and never acknowledge it.
+    :param writer_gone_seconds: A writer not seen for this long is taken as stopped without leaving (a killed
+        job), not waited for: a running writer says it is there every :data:`REGISTER_EVERY_SECONDS`. One whose
+        MySQL is away may still commit meanwhile, which at worst makes the statement fail; nothing is lost.
     :param clock: Monotonic clock, in seconds.
     :param sleep: Waits the given seconds.
     :param log: Where its messages go.
@@ -78,6 +86,8 @@ class GateHolder:
         lease_seconds: int = 120,
         max_pause_seconds: int | None = None,
         poke_interval: float = 0.5,
+        settle_seconds: float = 2.0,
+        writer_gone_seconds: float = 3 * REGISTER_EVERY_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
@@ -93,6 +103,8 @@ class GateHolder:
         self.lease_seconds = lease_seconds
         self.max_pause_seconds = max_pause_seconds
         self.poke_interval = poke_interval
+        self.settle_seconds = settle_seconds
+        self.writer_gone_seconds = writer_gone_seconds
         self._connect = connect
         self._clock = clock
         self._sleep = sleep
@@ -119,13 +131,14 @@ class GateHolder:
     def try_close(self) -> tuple[bool, GateState]:
         """Close the gate if the gate's rules allow it (:func:`decide_close`); return whether it did, and the state.
 
-        A refusal changes nothing, the audit trail included: a waiting job, like a waiting run, writes no row.
+        A refusal changes nothing, the audit trail included: a waiting job, like a waiting run, writes no row. A gate
+        opened less than ``settle_seconds`` ago is left open for now, too.
         """
 
         def close(cursor: Any) -> tuple[bool, GateState]:
             before = self._locked(cursor)
             change = decide_close(before, self.owner)
-            if not change.allowed:
+            if not change.allowed or self._just_opened(before):
                 return False, before
             params = {
                 "table": self.table,
@@ -144,6 +157,12 @@ class GateHolder:
             return True, after
 
         return self._transaction(close)
+
+    def _just_opened(self, state: GateState) -> bool:
+        """The gate opened less than ``settle_seconds`` ago: writers may not have seen it open yet."""
+        if state.state != "open" or state.opened_at is None:
+            return False
+        return (state.database_now - state.opened_at).total_seconds() < self.settle_seconds
 
     def close(self, timeout: float) -> GateState:
         """Close the gate, waiting up to ``timeout`` seconds while another owner holds it (:class:`GateBusyError`)."""
@@ -173,13 +192,18 @@ class GateHolder:
 
     def wait_for_writers(self, timeout: float) -> GateState:
         """Wait until every writer the closing waits for (:meth:`GateState.writers_to_wait_for`) has acknowledged
-        it; raise :class:`WritersNotAcknowledgedError` after ``timeout`` seconds, or :class:`LeaseLostError` if
-        the gate is no longer held."""
+        it or is gone (not seen for ``writer_gone_seconds``); raise :class:`WritersNotAcknowledgedError` after
+        ``timeout`` seconds, or :class:`LeaseLostError` if the gate is no longer held."""
         deadline = self._clock() + timeout
         while True:
             state = self.state()
             state.require_held_by(self.owner)
-            waiting = [w.writer_id for w in state.writers_to_wait_for() if not state.acknowledged_by(w)]
+            seen_since = state.database_now - timedelta(seconds=self.writer_gone_seconds)
+            waiting = [
+                w.writer_id
+                for w in state.writers_to_wait_for()
+                if not state.acknowledged_by(w) and w.seen_at is not None and w.seen_at >= seen_since
+            ]
             if not waiting:
                 return state
             if self._clock() >= deadline:

@@ -77,6 +77,26 @@ def test_a_writer_that_never_acknowledges_leaves_the_statement_unrun_and_the_gat
     assert not gate_hook.get_state(gate_table).pauses_writers
 
 
+def test_a_writer_not_seen_for_a_while_is_taken_as_gone_and_not_waited_for(gate_hook, gate_writer, gate_table):
+    assert gate_writer(gate_table, writer_id="killed-job").may_commit()  # registered, then killed: never leaves
+    ran = []
+    with holder(gate_table, writer_gone_seconds=2).hold(acknowledge_timeout=30) as state:
+        ran.append(state)
+    [writer] = ran[0].writers
+    assert writer.writer_id == "killed-job" and not ran[0].acknowledged_by(writer)
+    assert (ran[0].database_now - writer.seen_at).total_seconds() >= 2
+
+
+def test_a_gate_just_opened_is_closed_only_once_writers_could_see_it_open(gate_hook, gate_table):
+    gate_hook.close_gate(gate_table, COMPACTION, lease_seconds=60)
+    gate_hook.open_gate(gate_table, COMPACTION)
+    batch = holder(gate_table, settle_seconds=3)
+    assert batch.try_close()[0] is False  # a writer that acknowledged the compaction may not have seen it open
+    closed = batch.close(timeout=30)
+    opened = gate_hook.audit_trail(gate_table)[1]
+    assert opened["action"] == "open" and (closed.closed_at - opened["at"]).total_seconds() >= 3
+
+
 def test_a_gate_a_compaction_holds_is_waited_for_then_given_up_without_an_audit_row(gate_hook, gate_table):
     gate_hook.close_gate(gate_table, COMPACTION, lease_seconds=60)
     with pytest.raises(GateBusyError, match="iceberg_compact__lake__gate__t"):
