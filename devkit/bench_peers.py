@@ -59,6 +59,7 @@ from airflow_iceberg.config import DELETE_FOLDING_OPTIONS, HealthConfig, TableCo
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id
 from airflow_iceberg.table_list import load_table_list
@@ -404,6 +405,7 @@ def run_arm(
     finally:
         samples = sampler.stop()
         job.stop()
+        leave_the_gate(gate, table, job.writer_ids)
     result.samples = [{**s, "t": s["at"] - began} for s in samples]
     committed = commit_times(job, table)
     result.freshness_s, placed = freshness(committed, stream)
@@ -449,6 +451,17 @@ def run_arm(
         result.notes += [f"maintenance task failed: {name.rsplit('.', 1)[-1]}" for name in sorted(set(failures))]
     result.commits.update(commit_counts(table))
     return result
+
+
+def leave_the_gate(gate: WriteGateHook, table: TableName, writer_ids: set[str]) -> None:
+    """The stopped job's writers leave the gate, as a job that ends cleanly does: the next run's closings (its
+    batch job's holds) need not wait for them to be gone."""
+    for writer_id in writer_ids:
+        client = WriteGateClient.connect(str(table), writer_id=writer_id, **gate.connection_settings())
+        try:
+            client.leave()
+        finally:
+            client.close()
 
 
 def wait_for_emitted(job: CdcJob, produced: int, timeout: float) -> None:
