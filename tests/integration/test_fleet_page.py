@@ -19,6 +19,7 @@ from urllib.parse import quote
 import pytest
 import requests
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -193,7 +194,8 @@ def test_the_page_is_in_the_airflow_ui_behind_its_login(browser, live_airflow, c
     WebDriverWait(browser, 60).until(
         expected_conditions.element_to_be_clickable((By.LINK_TEXT, "Iceberg tables"))
     ).click()
-    wait = WebDriverWait(browser, 120)
+    # A search reloads the list: a row read while the old page goes away is stale, which means "not yet".
+    wait = WebDriverWait(browser, 120, ignored_exceptions=(StaleElementReferenceException,))
     rows = wait.until(expected_conditions.presence_of_all_elements_located((By.CSS_SELECTOR, "tr[data-table]")))
     assert browser.current_url.split("?")[0] == ui(live_airflow)
     assert len(rows) == 50  # a fleet of 200 tables and more, a page at a time
