@@ -41,7 +41,7 @@ from airflow_iceberg.core.gate_state import (
     GateOwner,
     GateState,
     WriterState,
-    check_lease_seconds,
+    check_pause_ceiling,
     decide_close,
     decide_open,
 )
@@ -92,12 +92,7 @@ class GateHolder:
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
     ) -> None:
-        check_lease_seconds(lease_seconds)
-        if (
-            max_pause_seconds is not None
-            and check_lease_seconds(max_pause_seconds, "max_pause_seconds") < lease_seconds
-        ):
-            raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
+        check_pause_ceiling(lease_seconds, max_pause_seconds)
         self.table = table
         self.owner = owner
         self.lease_seconds = lease_seconds

@@ -161,3 +161,11 @@ def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
         raise ValueError(f"{name} must be a positive integer, got {seconds!r}")
     return seconds
+
+
+def check_pause_ceiling(lease_seconds: object, max_pause_seconds: object) -> None:
+    """A valid lease and pause ceiling (None: no ceiling), the ceiling no shorter than the lease; a ValueError
+    naming the setting and the value otherwise."""
+    lease = check_lease_seconds(lease_seconds)
+    if max_pause_seconds is not None and check_lease_seconds(max_pause_seconds, "max_pause_seconds") < lease:
+        raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")

@@ -40,6 +40,7 @@ from airflow_iceberg.core.gate_state import (
     GateState,
     WriterState,
     check_lease_seconds,
+    check_pause_ceiling,
     database_time,
     decide_close,
     decide_open,
@@ -268,10 +269,7 @@ class WriteGateHook(RunRecords, BaseHook):
         it opens the gate or its lease ends.
         """
         name = str(TableName.of(table))
-        check_lease_seconds(lease_seconds)
-        ceiling = max_pause_seconds
-        if ceiling is not None and check_lease_seconds(ceiling, "max_pause_seconds") < lease_seconds:
-            raise ValueError(f"max_pause_seconds ({max_pause_seconds}) must be at least the lease ({lease_seconds})")
+        check_pause_ceiling(lease_seconds, max_pause_seconds)
         if slot is not None:
             check_lease_seconds(slot.slots, "spark_slots")
             check_lease_seconds(slot.patience, "the slot request's patience")
