@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from airflow_iceberg import config
 from airflow_iceberg.core import gate_protocol
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
+from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from scripts import stacks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -36,6 +37,8 @@ SETTINGS_BLOCK = "table-list-settings"
 #: The names of the blocks that show the stacks' matrix (requirements/stacks.toml): its versions, what to install.
 STACKS_BLOCK = "stacks"
 INSTALL_BLOCK = "stacks-install"
+#: The name of the block that shows the fleet setting (``FLEET_SETTINGS``) as ``airflow.cfg`` sections.
+FLEET_SETTING_BLOCK = "fleet-setting"
 #: The table list's models, in the order the reference shows them, each with where it sits in an entry.
 SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("an entry of `tables` (and `defaults`)", config.TableConfig),
@@ -70,7 +73,17 @@ def sources() -> dict[str, Source]:
         SETTINGS_BLOCK: Source(settings_reference(), fence=None),
         STACKS_BLOCK: Source(stacks_table(), fence=None),
         INSTALL_BLOCK: Source(stacks_install(), fence=None),
+        FLEET_SETTING_BLOCK: Source(fleet_setting(), fence="ini"),
     }
+
+
+def fleet_setting() -> str:
+    """``FLEET_SETTINGS`` (Airflow's ``AIRFLOW__SECTION__KEY`` variables) as the ``airflow.cfg`` sections they set."""
+    sections: dict[str, list[str]] = {}
+    for variable, value in FLEET_SETTINGS.items():
+        section, key = variable.removeprefix("AIRFLOW__").lower().split("__")
+        sections.setdefault(section, []).append(f"{key} = {value}")
+    return "\n".join(f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items())
 
 
 # --- The stacks' matrix ----------------------------------------------------------------------------------------

@@ -359,11 +359,12 @@ def live_airflow(
 ):
     """One ``airflow standalone`` for the whole session, shared by every test that needs a live Airflow.
 
-    Its table list has the suite's defaults and a fleet of 200 manual-only tables; tests add their own tables with
-    :meth:`LiveAirflow.add_tables`, which waits until the dag-processor has parsed them. Its tests run one after
-    the other (tests/conftest.py), and it stops when the last of them is done: idle, it would still take CPU
-    from every test after them.
+    It runs the fleet setting (``FLEET_SETTINGS``). Its table list has the suite's defaults and a fleet of 200
+    manual-only tables; tests add their own tables with :meth:`LiveAirflow.add_tables`, which waits until the
+    dag-processor has parsed them. Its tests run one after the other (tests/conftest.py), and it stops when the
+    last of them is done: idle, it would still take CPU from every test after them.
     """
+    from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
     from devkit.live_airflow import META_DB, LiveAirflow, fleet
 
     root = tmp_path_factory.mktemp("live-airflow")
@@ -371,7 +372,9 @@ def live_airflow(
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": fleet(FLEET_SIZE)}))
     home = root / "airflow-home"
     home.mkdir()
-    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX, settings=statsd.settings())
+    # The fleet setting docs/fleets.md advises: test_table_list_changes holds it to its promise.
+    settings = {**statsd.settings(), **FLEET_SETTINGS}
+    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX, settings=settings)
     request.config.stash[_LIVE_AIRFLOW] = airflow
     try:
         airflow.start()

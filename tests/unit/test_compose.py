@@ -110,3 +110,11 @@ def test_the_image_runs_the_default_stacks_spark_and_jars():
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert f".venv/spark-{default}/bin" in dockerfile and f"build/stacks/{default}/jars" in dockerfile
     assert "/.venv/spark/" not in dockerfile
+
+
+def test_airflow_services_run_the_fleet_setting():
+    from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
+
+    for name in AIRFLOW_SERVICES:
+        environment = SERVICES[name]["environment"]
+        assert {key: environment.get(key) for key in FLEET_SETTINGS} == FLEET_SETTINGS, name

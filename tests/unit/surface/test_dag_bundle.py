@@ -1,0 +1,180 @@
+"""``TableListDagBundle``: a table-list change, or a DAG paused or unpaused, marks the DAG files that read the table
+list as changed, once, and nothing else.
+
+Airflow's metadata database is not here: the DAGs' pause states come from the test (``Bundle.states``); the live
+Airflow's test (``tests/integration/test_table_list_changes.py``) reads them from PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from airflow.dag_processing.bundles.manager import DagBundlesManager
+
+from airflow_iceberg.surface import dag_bundle
+from airflow_iceberg.surface.cli import DAG_FILES
+from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, TableListDagBundle
+
+DAGS = Path(__file__).resolve().parents[3] / "dags"
+HOUR_AGO = 3600 * 10**9
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A DAG folder with the shipped DAG files, another team's DAG file and the table list, all an hour old."""
+    dags = tmp_path / "dags"
+    (dags / "other").mkdir(parents=True)
+    for name in DAG_FILES:
+        (dags / name).write_text((DAGS / name).read_text())
+    (dags / "other" / "unrelated.py").write_text("from airflow.sdk import DAG\n")
+    (dags / "iceberg_tables.yaml").write_text("tables: []\n")
+    for path in dags.rglob("*"):
+        _age(path, HOUR_AGO)
+    return dags
+
+
+def _age(path: Path, by_ns: int) -> None:
+    then = path.stat().st_mtime_ns - by_ns
+    os.utime(path, ns=(then, then))
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*.py")}
+
+
+class Bundle(TableListDagBundle):
+    """The bundle with the DAGs' pause states a test sets, not Airflow's database's."""
+
+    states: dict[str, tuple[str, bool]]
+
+    def pause_states(self) -> dict[str, tuple[str, bool]]:
+        return dict(self.states)
+
+
+def _bundle(folder: Path, **states: tuple[str, bool]) -> Bundle:
+    bundle = Bundle(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
+    bundle.states = states
+    bundle.refresh()  # the dag-processor's first refresh: the list is not newer than the DAG files
+    return bundle
+
+
+def test_an_edited_table_list_marks_only_the_dag_files_that_read_it(folder: Path):
+    bundle = _bundle(folder)
+    before = _mtimes(folder)
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
+
+    bundle.refresh()
+
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > before[name]} == set(DAG_FILES)
+    assert after["other/unrelated.py"] == before["other/unrelated.py"]
+
+
+def test_nothing_changed_nothing_touched(folder: Path):
+    bundle = _bundle(folder)
+    before = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == before
+
+
+def test_dag_files_newer_than_the_table_list_are_left_alone(folder: Path):
+    bundle = _bundle(folder)
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
+    _age(folder / "iceberg_tables.yaml", HOUR_AGO // 2)  # edited half an hour ago, the DAG files deployed since
+    for name in DAG_FILES:
+        os.utime(folder / name)
+    before = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == before
+
+
+def test_a_table_list_dated_in_the_future_makes_one_parse_not_one_per_refresh(folder: Path):
+    bundle = _bundle(folder)
+    table_list = folder / "iceberg_tables.yaml"
+    future = table_list.stat().st_mtime_ns + 2 * HOUR_AGO
+    os.utime(table_list, ns=(future, future))
+    bundle.refresh()
+    touched = _mtimes(folder)
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)  # had the bundle looked again, these would be older than the list
+    aged = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == aged != touched
+
+
+def test_a_dag_file_that_cannot_be_touched_is_logged_and_skipped(folder: Path, monkeypatch, caplog):
+    bundle = _bundle(folder)
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
+
+    def read_only(path, *args, **kwargs):
+        raise PermissionError(13, "Read-only file system", str(path))
+
+    monkeypatch.setattr(dag_bundle.os, "utime", read_only)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()  # no exception into the dag-processor's refresh
+    assert "Cannot mark" in caplog.text and "iceberg_compaction.py" in caplog.text
+    assert "min_file_process_interval" in caplog.text
+
+
+def test_no_table_list_is_no_error(tmp_path: Path):
+    bundle = Bundle(name="dags-folder", path=str(tmp_path), table_list=str(tmp_path / "missing.yaml"))
+    bundle.states = {}
+    bundle.refresh()
+
+
+def test_a_dag_paused_or_unpaused_marks_its_file_and_only_its_file(folder: Path):
+    compaction, other = "iceberg_compaction.py", "other/unrelated.py"
+    bundle = _bundle(folder, a=(compaction, True), b=(compaction, False), x=(other, False))
+    unchanged = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == unchanged, "nothing was paused or unpaused"
+
+    bundle.states = {**bundle.states, "a": (compaction, False)}  # unpaused: its health watch must be registered
+    bundle.refresh()
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > unchanged[name]} == {compaction}
+
+    for name in after:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.states = {**bundle.states, "x": (other, True)}  # another team's DAG, paused: not ours to parse
+    bundle.refresh()
+    assert _mtimes(folder) == aged
+
+
+def test_a_dag_new_since_the_last_look_or_gone_is_no_pause(folder: Path):
+    """A table added with Airflow's paused-at-creation, or removed: its parse has happened; no second one."""
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(folder, a=(compaction, False))
+    before = _mtimes(folder)
+    bundle.states = {"b": (compaction, True)}
+    bundle.refresh()
+    assert _mtimes(folder) == before
+
+
+def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: Path, caplog):
+    class Unreachable(Bundle):
+        def pause_states(self):
+            raise ConnectionError("could not connect to server")
+
+    bundle = Unreachable(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
+    bundle.refresh()
+    before = _mtimes(folder)
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert "could not connect to server" in caplog.text
+    assert all(_mtimes(folder)[name] > before[name] for name in DAG_FILES)
+
+
+def test_the_fleet_setting_gives_airflow_this_bundle_for_the_dag_folder(monkeypatch):
+    for name, value in FLEET_SETTINGS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    # "dags-folder": Airflow's default bundle name, which existing DAG rows carry.
+    bundle = DagBundlesManager().get_bundle("dags-folder")  # as the dag-processor loads it
+    assert isinstance(bundle, TableListDagBundle)
+    assert bundle.refresh_interval == dag_bundle.REFRESH_SECONDS
