@@ -7,8 +7,9 @@
 #             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after; then a
 #             CDC table from Kafka and Flink's upsert sink (500 equality-delete files): full scan before / after
 # make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
-# make bench-fleet  1,000 healthy tables watched by a live Airflow's triggerer: runs, CPU against the same Airflow
-#             idle and against cron mode, and one run for each table a writer makes need work (about an hour)
+# make bench-fleet  1,000 healthy tables on a live Airflow, idle and watched, at Airflow's defaults and under the
+#             fleet setting: runs, cores, sweeps; one run for each table a writer makes need work; cron mode for
+#             reference (about an hour; BENCH_ARGS=--tables 100,1000 for more sizes)
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
 # make unit   the fast tests only (no servers), Java and Python
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build

@@ -1,27 +1,33 @@
-"""``make bench-fleet``: what 1,000 healthy, watched tables cost a live Airflow, and what cron mode costs instead.
+"""``make bench-fleet``: what a fleet of healthy, watched tables costs a live Airflow, at Airflow's defaults and under
+the fleet setting, for each fleet size asked (``--tables 100,1000``).
 
-One machine, one bench, three live ``airflow standalone`` (PostgreSQL metadata, LocalExecutor, parallelism 16) on
-the same DAG files and 1,000 real Iceberg tables in the JDBC catalog (one small file each: healthy):
+One machine, one bench; for each size, live ``airflow standalone`` (PostgreSQL metadata, LocalExecutor,
+parallelism 16) on the same DAG files and that many real Iceberg tables in the JDBC catalog (one small file
+each: healthy):
 
-1. **unscheduled**, for reference: a table list that schedules nothing (no health watch, no cron), so the DAGs
-   have no asset, no watcher and no cron at all. CPU over a window.
-2. **idle, then watching**: every table watched by the triggerer, polled every 60 s. First every DAG is paused
-   (the same DAG files with every schedule off: Airflow registers no watcher of a paused DAG) for a window; then
-   every DAG is unpaused through the REST API, as a user would, and DAG runs created and CPU are measured over the
-   same window; the ratio watching / idle. Then a writer adds small files to 10 tables: each must get exactly one
-   run, starting within two poll intervals of its last commit, which compacts it; no other run may follow in the
-   next 5 minutes. Before the writer, the Iceberg tables page's list of the 1,000 tables is asked for ten times,
-   as the page asks when it opens: its response time.
-3. **cron**: 60 of the tables scheduled every minute (no watch), as before the health watch: runs finished a
-   minute, and CPU per (skipped) run, against CPU per table check of the watch.
+1. **at Airflow's defaults** (an unchanged table list parsed every 30 s) and then **under the fleet setting**
+   (``FLEET_SETTINGS``: parsed once an hour, and at once when the table list changes or a DAG is paused or
+   unpaused), each in an Airflow of its own:
+   - **idle**: every DAG paused (Airflow registers no watcher of a paused DAG), CPU over a window;
+   - **watching**: every DAG unpaused through the REST API, as a user turns a fleet on, every table checked by
+     the triggerer (polled every 60 s); DAG runs created and CPU over the same window.
+   Under the fleet setting no parse falls in a window: one parse is then asked for and measured, and an hour's
+   share of it is added to each window's cores (both parts are printed). Also printed: the sweep's time, the
+   triggerer's memory, and the Iceberg tables page's list time;
+2. **a writer**, under the fleet setting: small files into 10 tables; each must get exactly one run, starting
+   within two poll intervals of its last commit, which compacts it; no other run may follow in the next 5 min;
+3. **cron**, once, for reference: 60 of the tables scheduled every minute (no watch), as before the health watch:
+   runs finished a minute, and CPU per (skipped) run, against CPU per table check of the watch.
 
-CPU is that of the whole process tree ``airflow standalone`` starts, exited task processes included
-(``LiveAirflow.cpu_seconds``). Every figure is printed with what it is measured against.
+Each size also gets ``bench_parse``'s figures: one parse of the DAG files and the serialisation of their DAGs,
+in a fresh process. CPU is that of the whole process tree ``airflow standalone`` starts, exited task processes
+included (``LiveAirflow.cpu_seconds``). Every figure is printed with what it is measured against.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import tempfile
@@ -29,6 +35,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -39,8 +46,11 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.surface.dag_bundle import FLEET_PARSE_SECONDS, FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.table_list import load_table_list
+from devkit import bench_parse
+from devkit.bench_parse import FILES as DAG_FILES
 from devkit.live_airflow import LiveAirflow
 from devkit.tables import TableStats
 
@@ -93,15 +103,21 @@ def table_list(path: Path, fleet: list[TableName], mode: str, poll_interval: flo
 
 @contextmanager
 def live_airflow(
-    home: Path, fleet: list[TableName], mode: str, args: argparse.Namespace, paused: bool = False
+    home: Path,
+    fleet: list[TableName],
+    mode: str,
+    args: argparse.Namespace,
+    paused: bool = False,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[LiveAirflow]:
-    """A live Airflow on the table list of ``mode``, every DAG parsed; with ``paused``, every DAG starts paused."""
+    """A live Airflow on the table list of ``mode``, every DAG parsed; with ``paused``, every DAG starts paused;
+    ``settings`` over the bench's own (:data:`SETTINGS`)."""
     home.mkdir(parents=True)
     path = home / "tables.yaml"
     table_list(path, fleet, mode, args.poll_interval, args.cron_tables)
     (home / "airflow").mkdir()
-    settings = {**SETTINGS, "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused)}
-    airflow = LiveAirflow(home / "airflow", path, meta_db=META_DB, reparse_seconds=None, settings=settings)
+    environment = {**SETTINGS, "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused), **(settings or {})}
+    airflow = LiveAirflow(home / "airflow", path, meta_db=META_DB, reparse_seconds=None, settings=environment)
     try:
         began = time.monotonic()
         airflow.start()
@@ -241,10 +257,170 @@ def verdict(goal: str, met: bool) -> str:
     return f"{'met' if met else 'MISSED'}: {goal}"
 
 
+#: The settings each size runs under: Airflow's defaults, and the fleet setting docs/fleets.md advises.
+SETTINGS_UNDER_TEST = {"defaults": {}, "fleet setting": FLEET_SETTINGS}
+#: Goals (issue 38), in cores of a 2-core machine: a healthy fleet of 1,000 tables, idle or watching.
+GOALS = {"defaults": 0.30, "fleet setting": 0.05}
+GOAL_TABLES = 1000
+
+
+@dataclass
+class Watch:
+    """What one live Airflow, under one setting, measured for one fleet size."""
+
+    idle_cpu: float
+    idle_wall: float
+    idle_runs: int
+    watch_cpu: float
+    watch_wall: float
+    watch_runs: int
+    sweeps: list[tuple[int, float, int]]
+    triggerer_mib: float
+    parse_cpu: float | None = None  # one parse, measured where no parse falls in a window (the fleet setting)
+    listing: list[float] = field(default_factory=list)
+    writer: list[str] = field(default_factory=list)
+
+    def cores(self, cpu: float, wall: float) -> float:
+        """Cores over a window, plus an hour's share of the parse no window saw."""
+        return cpu / wall + (self.parse_cpu or 0.0) / FLEET_PARSE_SECONDS
+
+    @property
+    def idle_cores(self) -> float:
+        return self.cores(self.idle_cpu, self.idle_wall)
+
+    @property
+    def watch_cores(self) -> float:
+        return self.cores(self.watch_cpu, self.watch_wall)
+
+    @property
+    def steady_sweep(self) -> float | None:
+        steady = sorted(seconds for _, seconds, read in self.sweeps if read == 0)
+        return steady[len(steady) // 2] if steady else None
+
+
+def one_parse(airflow: LiveAirflow) -> float:
+    """The dag-processor's CPU seconds for one parse of both DAG files, asked for through the REST API, less what
+    it takes idle over the same time."""
+    idle_began, idle0 = time.monotonic(), airflow.cpu_by_component().get("dag-processor", 0.0)
+    time.sleep(30)  # the dag-processor's own rate with nothing to parse: the baseline subtracted below
+    idle_rate = (airflow.cpu_by_component().get("dag-processor", 0.0) - idle0) / (time.monotonic() - idle_began)
+    before = {name: _last_parsed(airflow, name) for name in DAG_FILES}
+    processes = len(airflow.components()["dag-processor"])  # with no parse under way
+    began, cpu0 = time.monotonic(), airflow.cpu_by_component().get("dag-processor", 0.0)
+    for name in DAG_FILES:
+        assert airflow.request_parse(name), f"no DAG of {name} to ask a parse of"
+    airflow.wait_for(
+        "the parse asked for", lambda: all(_last_parsed(airflow, n) != before[n] for n in DAG_FILES), 600, every=1
+    )
+    # The parse's process is reaped by the dag-processor once it has stored the DAGs: its CPU counts from then.
+    airflow.wait_for("the parse's process to end", lambda: len(airflow.components()["dag-processor"]) <= processes, 120)
+    spent = airflow.cpu_by_component().get("dag-processor", 0.0) - cpu0
+    return spent - idle_rate * (time.monotonic() - began)
+
+
+def _last_parsed(airflow: LiveAirflow, dag_file: str) -> Any:
+    return airflow.query("SELECT max(last_parsed_time) FROM dag WHERE relative_fileloc = %s", dag_file)[0][0]
+
+
+def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting: str) -> Watch:
+    """Idle, then watching, on one live Airflow under ``setting``; under the fleet setting also one parse, the
+    page's list and the writer."""
+    fleet_setting = setting == "fleet setting"
+    name = setting.replace(" ", "-")
+    with live_airflow(work / name, fleet, "watch", args, paused=True, settings=SETTINGS_UNDER_TEST[setting]) as air:
+        time.sleep(args.warm_up)  # the start-up's work done: its first parse, the scheduler's first loops
+        idle_cpu, idle_runs, idle_wall = window(air, args.window, f"{setting}, idle")
+        since = datetime.now(timezone.utc)
+        unpause_all(air)
+        air.wait_for("every table checked", lambda: all_checked_since(fleet, since), 1800, every=5)
+        time.sleep(args.warm_up)  # the unpause's work done, the watch running: then the window
+        watch_cpu, watch_runs, watch_wall = window(air, args.window, f"{setting}, watching")
+        result = Watch(
+            idle_cpu=idle_cpu,
+            idle_wall=idle_wall,
+            idle_runs=idle_runs,
+            watch_cpu=watch_cpu,
+            watch_wall=watch_wall,
+            watch_runs=watch_runs,
+            sweeps=[s for s in sweeps(air) if s[0] == len(fleet)],
+            triggerer_mib=air.memory_by_component().get("triggerer", 0.0),
+        )
+        if fleet_setting:
+            result.parse_cpu = one_parse(air)
+            print(f"  {setting}: one parse of the DAG files took the dag-processor {result.parse_cpu:.1f} CPU s")
+            result.listing = list_page_seconds(air)
+            result.writer = writer_phase(air, fleet, args)
+    for what, cores in (("idle", result.idle_cores), ("watching", result.watch_cores)):
+        print(f"  {setting}, {what}: {cores:.3f} cores")
+    return result
+
+
+def cron(work: Path, fleet: list[TableName], args: argparse.Namespace) -> tuple[float, float, int]:
+    """(CPU s, wall s, runs finished) with ``--cron-tables`` tables on a one-minute cron, at Airflow's defaults."""
+    with live_airflow(work / "cron", fleet, "cron", args) as airflow:
+        time.sleep(args.warm_up)
+        began_at = datetime.now(timezone.utc)
+        cpu, _, wall = window(airflow, args.cron_window, "cron")
+        finished = airflow.query(
+            "SELECT count(*) FROM dag_run WHERE end_date >= %s AND state IN ('success', 'failed')", began_at
+        )[0][0]
+    return cpu, wall, finished
+
+
+def report(count: int, parse: dict[str, Any], results: dict[str, Watch], args: argparse.Namespace) -> None:
+    """The figures of one fleet size."""
+    fleet_setting = results["fleet setting"]
+    compaction, check = (parse["files"][name] for name in DAG_FILES)
+    print()
+    print(
+        f"Fleet of {count:,} healthy tables, health polled every {args.poll_interval:.0f} s, windows of "
+        f"{args.window:.0f} s ({os.cpu_count()}-core machine; CPU of the whole tree airflow standalone starts)"
+    )
+    print(
+        f"  one parse of the DAG files: {compaction['parse'] + check['parse']:.2f} s, and "
+        f"{compaction['serialize']:.2f} s serialising its {compaction['dags']:,} DAGs (bench_parse, a fresh "
+        "process); under the fleet setting, measured in the dag-processor: "
+        f"{fleet_setting.parse_cpu:.1f} CPU s, once an hour"
+    )
+    for setting, result in results.items():
+        hourly = (
+            f" (windows {result.idle_cpu / result.idle_wall:.3f} and {result.watch_cpu / result.watch_wall:.3f}, "
+            f"+ {result.parse_cpu / FLEET_PARSE_SECONDS:.3f} for the hourly parse)"
+            if result.parse_cpu is not None
+            else ""
+        )
+        print(
+            f"  {setting}: idle {result.idle_cores:.3f} cores, watching {result.watch_cores:.3f} cores{hourly}; "
+            f"DAG runs while every table is healthy: {result.idle_runs} idle, {result.watch_runs} watching"
+        )
+    for setting, result in results.items():
+        sweep = result.steady_sweep
+        said = f"median {sweep:.2f} s of {len(result.sweeps)}" if sweep is not None else "none logged"
+        print(
+            f"  {setting}: a sweep of all {count:,} tables, nothing changed: {said}; "
+            f"triggerer memory {result.triggerer_mib:.0f} MiB (PSS)"
+        )
+    listing = fleet_setting.listing
+    print(
+        f"  the Iceberg tables page's list of {count:,} tables (summary, first 50 by need): median "
+        f"{listing[len(listing) // 2]:.3f} s, slowest {listing[-1]:.3f} s, of {len(listing)} requests"
+    )
+    print(verdict("no DAG run while every table is healthy", all(r.watch_runs == 0 for r in results.values())))
+    print(verdict(f"the page's list answers in under 1 s: slowest {listing[-1]:.3f} s", listing[-1] < 1))
+    if count == GOAL_TABLES:
+        for setting, goal in GOALS.items():
+            result = results[setting]
+            worst = max(result.idle_cores, result.watch_cores)
+            print(verdict(f"{setting}: idle and watching at most {goal:.2f} cores: {worst:.3f}", worst <= goal))
+    print(f"A writer adds small files to some of the {count:,} tables, under the fleet setting:")
+    for line in fleet_setting.writer:
+        print(line)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", type=int, default=1000)
-    parser.add_argument("--window", type=float, default=600, help="seconds each mode is measured")
+    parser.add_argument("--tables", default="1000", help="fleet sizes, comma-separated: 100,1000,5000")
+    parser.add_argument("--window", type=float, default=300, help="seconds each idle or watching window lasts")
     parser.add_argument("--poll-interval", type=float, default=60)
     parser.add_argument("--needing", type=int, default=10, help="tables the writer gives small files")
     parser.add_argument("--after", type=float, default=300, help="seconds watched for no other run")
@@ -252,97 +428,63 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cron-window", type=float, default=300)
     parser.add_argument("--warm-up", type=float, default=120, help="seconds after start-up before a window")
     args = parser.parse_args(argv)
-    fleet = tables(args.tables)
-    began = time.monotonic()
-    create_fleet(fleet)
-    print(f"{len(fleet)} Iceberg tables created in {CATALOG}.{NAMESPACE} ({time.monotonic() - began:.0f} s)")
+    sizes = [int(size) for size in args.tables.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-
-    with live_airflow(work / "unscheduled", fleet, "unscheduled", args) as airflow:
-        time.sleep(args.warm_up)
-        bare_cpu, _, bare_wall = window(airflow, args.window, "unscheduled")
-
-    with live_airflow(work / "watch", fleet, "watch", args, paused=True) as airflow:
-        time.sleep(args.warm_up)
-        idle_cpu, idle_runs, idle_wall = window(airflow, args.window, "idle")
-        print(f"  idle: {idle_cpu:.1f} CPU s in {idle_wall:.0f} s ({idle_cpu / idle_wall:.3f} cores), {idle_runs} runs")
-        since = datetime.now(timezone.utc)
-        unpause_all(airflow)
-        airflow.wait_for("every table checked", lambda: all_checked_since(fleet, since), 1800, every=5)
-        time.sleep(args.warm_up)
-        watch_cpu, watch_runs, watch_wall = window(airflow, args.window, "watching")
-        print(
-            f"  watching: {watch_cpu:.1f} CPU s in {watch_wall:.0f} s ({watch_cpu / watch_wall:.3f} cores), "
-            f"{watch_runs} runs"
-        )
-        whole = [s for s in sweeps(airflow) if s[0] == len(fleet)]
-        steady = sorted(seconds for _, seconds, read in whole if read == 0)
-        reading = max(whole, key=lambda s: s[2], default=(0, 0.0, 0))
-        listing = list_page_seconds(airflow)
-        writer = writer_phase(airflow, fleet, args)
-
-    with live_airflow(work / "cron", fleet, "cron", args) as airflow:
-        time.sleep(args.warm_up)
-        began_at = datetime.now(timezone.utc)
-        cron_cpu, _, cron_wall = window(airflow, args.cron_window, "cron")
-        finished = airflow.query(
-            "SELECT count(*) FROM dag_run WHERE end_date >= %s AND state IN ('success', 'failed')", began_at
-        )[0][0]
+    watches: dict[int, tuple[dict[str, Any], dict[str, Watch]]] = {}
+    cron_figures = None
+    for count in sizes:
+        fleet = tables(count)
+        began = time.monotonic()
+        create_fleet(fleet)
+        print(f"{len(fleet):,} Iceberg tables created in {CATALOG}.{NAMESPACE} ({time.monotonic() - began:.0f} s)")
+        parse = bench_parse.measure(count, work)
+        results = {setting: watch(work, fleet, args, setting) for setting in SETTINGS_UNDER_TEST}
+        watches[count] = parse, results
+        if cron_figures is None and count >= args.cron_tables:
+            cron_figures = count, *cron(work, fleet, args)
+        report(count, parse, results, args)
     shutil.rmtree(work, ignore_errors=True)
 
-    checks = len(fleet) * watch_wall / args.poll_interval
-    watch_per_check = watch_cpu / checks
-    cron_per_run = cron_cpu / finished if finished else None
-    idle_rate = idle_cpu / idle_wall
-    ratio = (watch_cpu / watch_wall) / idle_rate
     print()
+    print(f"By fleet size ({os.cpu_count()} cores; cores of the whole tree, idle / watching):")
     print(
-        f"Fleet of {len(fleet)} healthy tables, health polled every {args.poll_interval:.0f} s, windows of "
-        f"{args.window:.0f} s (2-core machine; CPU of the whole tree airflow standalone starts)"
+        "| tables | parse + serialise, s | defaults: idle / watching | fleet setting: idle / watching "
+        "| hourly parse, CPU s | sweep, s | triggerer, MiB | page list, s |"
     )
-    print(f"  DAG runs created while every table is healthy: {watch_runs}")
-    print(
-        f"  CPU, watching: {watch_cpu:.1f} s; idle (the same DAG files, every DAG paused): {idle_cpu:.1f} s; "
-        f"watching / idle: {ratio:.2f}"
-    )
-    print(
-        f"  for reference, DAG files that schedule nothing (no asset, no watcher, no cron): {bare_cpu:.1f} s; "
-        f"watching / that: {(watch_cpu / watch_wall) / (bare_cpu / bare_wall):.2f}"
-    )
-    print(
-        f"  CPU per table check, watching: {watch_per_check * 1000:.2f} ms (all of Airflow's CPU / checks); "
-        f"over idle: {max(0.0, watch_cpu - idle_rate * watch_wall) / checks * 1000:.2f} ms"
-    )
-    print(
-        f"  cron mode, {args.cron_tables} tables every minute: {finished / (cron_wall / 60):.1f} runs finished a "
-        f"minute in the window (asked: {args.cron_tables}); {cron_per_run or float('nan'):.2f} CPU s per run (all of "
-        "Airflow's CPU / runs), "
-        f"{max(0.0, cron_cpu - idle_rate * cron_wall) / max(finished, 1):.2f} over idle"
-    )
-    if steady:
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for count, (parse, results) in watches.items():
+        compaction, check = (parse["files"][name] for name in DAG_FILES)
+        defaults, fleet_setting = results["defaults"], results["fleet setting"]
+        sweep = fleet_setting.steady_sweep
         print(
-            f"  a sweep of all {len(fleet)} tables (one listing query, nothing changed): median "
-            f"{steady[len(steady) // 2]:.2f} s, slowest {steady[-1]:.2f} s, of {len(steady)}"
+            f"| {count:,} | {compaction['parse'] + check['parse']:.2f} + {compaction['serialize']:.2f} "
+            f"| {defaults.idle_cores:.3f} / {defaults.watch_cores:.3f} "
+            f"| {fleet_setting.idle_cores:.3f} / {fleet_setting.watch_cores:.3f} "
+            f"| {fleet_setting.parse_cpu:.1f} | {sweep if sweep is not None else float('nan'):.2f} "
+            f"| {fleet_setting.triggerer_mib:.0f} | {max(fleet_setting.listing):.3f} |"
         )
-    print(f"  the sweep that read the most metadata files: {reading[2]} files, {reading[1]:.2f} s")
-    print(
-        f"  the Iceberg tables page's list of {len(fleet)} tables (summary, first 50 by need): median "
-        f"{listing[len(listing) // 2]:.3f} s, slowest {listing[-1]:.3f} s, of {len(listing)} requests"
-    )
-    print(verdict("no DAG run while every table is healthy", watch_runs == 0))
-    print(verdict(f"watching / idle at most 1.25: {ratio:.2f}", ratio <= 1.25))
-    print(verdict(f"the page's list answers in under 1 s: slowest {listing[-1]:.3f} s", listing[-1] < 1))
-    if cron_per_run is not None:
-        times = cron_per_run / watch_per_check
-        print(verdict(f"at least 100x less CPU per table check than per cron run: {times:.0f}x", times >= 100))
-    else:  # no per-run figure to hold the watch against: say so, never "met"
+    if cron_figures is not None:
+        count, cron_cpu, cron_wall, finished = cron_figures
+        _, results = watches[count]
+        defaults = results["defaults"]
+        checks = count * defaults.watch_wall / args.poll_interval
+        watch_per_check = defaults.watch_cpu / checks
         print(
-            f"NOT MEASURED: CPU per cron run, since no cron run finished in the {cron_wall:.0f} s window "
-            "(give it a longer --cron-window)"
+            f"cron mode, {args.cron_tables} of {count:,} tables every minute, at Airflow's defaults: "
+            f"{finished / (cron_wall / 60):.1f} runs finished a minute (asked: {args.cron_tables})"
         )
-    print("A writer adds small files to some tables, on the watching Airflow:")
-    for line in writer:
-        print(line)
+        if finished:
+            times = (cron_cpu / finished) / watch_per_check
+            print(
+                f"  {cron_cpu / finished:.2f} CPU s per run against {watch_per_check * 1000:.2f} ms per table check "
+                f"watching (all of Airflow's CPU / checks, at Airflow's defaults)"
+            )
+            print(verdict(f"at least 100x less CPU per table check than per cron run: {times:.0f}x", times >= 100))
+        else:  # no per-run figure to hold the watch against: say so, never "met"
+            print(
+                f"NOT MEASURED: CPU per cron run, since no cron run finished in the {cron_wall:.0f} s window "
+                "(give it a longer --cron-window)"
+            )
     return 0
 
 

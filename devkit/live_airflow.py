@@ -172,11 +172,20 @@ class LiveAirflow:
     def cpu_by_component(self) -> dict[str, float]:
         """:meth:`cpu_seconds` by component: ``standalone`` itself, then each process it started (``scheduler``,
         ``dag-processor``, ``triggerer``, ``api-server``) with all of that one's descendants."""
+        return {name: sum(process_cpu(p) for p in processes) for name, processes in self.components().items()}
+
+    def memory_by_component(self) -> dict[str, float]:
+        """Each component's memory now, in MiB: the proportional set size (PSS) of its live processes, so that pages
+        they share are counted once across them."""
+        return {name: sum(process_pss(p) for p in processes) / 2**20 for name, processes in self.components().items()}
+
+    def components(self) -> dict[str, list[Any]]:
+        """The live processes of each component (see :meth:`cpu_by_component`), ``standalone`` alone first."""
         import psutil
 
         assert self.process is not None
         root = psutil.Process(self.process.pid)
-        by_component = {"standalone": process_cpu(root)}
+        by_component: dict[str, list[Any]] = {"standalone": [root]}
         for child in root.children():
             try:
                 # A process that set its title has it all in cmdline()[0], the rest empty: split on spaces.
@@ -185,7 +194,7 @@ class LiveAirflow:
                 processes = [child, *child.children(recursive=True)]
             except psutil.NoSuchProcess:
                 continue
-            by_component[name] = by_component.get(name, 0.0) + sum(process_cpu(p) for p in processes)
+            by_component.setdefault(name, []).extend(processes)
         return by_component
 
     def restart_triggerer(self) -> int:
@@ -350,6 +359,16 @@ def _group_alive(group: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def process_pss(process: Any) -> float:
+    """A live process's proportional set size in bytes; 0 if it exited meanwhile."""
+    import psutil
+
+    try:
+        return float(process.memory_full_info().pss)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return 0.0
 
 
 def process_cpu(process: Any) -> float:
