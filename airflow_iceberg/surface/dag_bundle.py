@@ -15,7 +15,13 @@ dag-processor parses a DAG file at once when the file's own modification time is
 ``refresh_interval`` seconds, it looks at the table list's modification time and at which DAGs of the folder are
 paused; when the list is newer than a DAG file that reads it, or a DAG of such a file was paused or unpaused, it
 sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
-finds nothing changed costs one ``stat`` and one query of the DAGs' pause states.
+finds nothing changed costs one ``stat`` and one query of the folder's DAGs (their files, pauses and last parses).
+A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
+DAGs (``_follow_removals``).
+
+What it does not see: a change that lands while a parse of the same file is under way, which that parse may
+have read before the change. The file is not parsed again until the next change, pause or unpause, or the
+hourly parse (Airflow has the same race for an edited DAG file).
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from airflow.dag_processing.bundles.local import LocalDagBundle
+from airflow.sdk import conf
 
 from airflow_iceberg.table_list import config_path
 
@@ -46,8 +55,15 @@ FLEET_PARSE_SECONDS = 3600
 #: by default): a table taken off the list loses its DAGs this long after the parse at most.
 CLEANUP_SECONDS = 20
 
+#: How much older than its file's last parse a DAG's own last parse must be for Airflow to deactivate it
+#: (``[dag_processor] stale_dag_threshold``, 50 s by default). Airflow 3 takes a parse's finish time before it
+#: stores the parse's DAGs, so a DAG of that parse is never older than it; what the threshold delays is a table
+#: taken off the list soon after the last parse, for which the bundle then parses once more (``_follow_removals``).
+STALE_SECONDS = 10
+
 #: The fleet setting, as Airflow's environment variables: the DAG folder as a :class:`TableListDagBundle`, an
-#: unchanged table list parsed once an hour, and a removed table's DAGs deactivated within 20 s of the parse.
+#: unchanged table list parsed once an hour, and a removed table's DAGs deactivated within 20 s of the parse
+#: that no longer found them.
 #: A table-list change, a pause and an unpause take effect within a minute
 #: (``tests/integration/test_table_list_changes.py``).
 FLEET_SETTINGS = {
@@ -61,6 +77,7 @@ FLEET_SETTINGS = {
         ]
     ),
     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(FLEET_PARSE_SECONDS),
+    "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": str(STALE_SECONDS),
     "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": str(CLEANUP_SECONDS),
 }
 
@@ -79,7 +96,8 @@ class TableListDagBundle(LocalDagBundle):
         super().__init__(**kwargs)
         self._table_list = Path(table_list) if table_list else None
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
-        self._states: dict[str, tuple[str, bool]] | None = None  # each DAG's file and pause, at the last look
+        self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
+        self._changed: dict[str, datetime] = {}  # files touched for a table-list change, and when: see _follow_removals
 
     @property
     def table_list(self) -> Path:
@@ -87,7 +105,15 @@ class TableListDagBundle(LocalDagBundle):
 
     def refresh(self) -> None:
         self._follow_table_list()
-        self._follow_pauses()
+        try:
+            rows = self.dag_rows()
+        except Exception as error:  # the metadata database: the manager's own next query will say more
+            log.warning("Cannot read the DAGs of bundle %r from Airflow's database: %s", self.name, error)
+            return
+        before, self._rows = self._rows, rows
+        if before is not None:  # the first look only remembers: the dag-processor parses every file as it starts
+            self._follow_pauses(before, rows)
+        self._follow_removals(rows)
 
     def _follow_table_list(self) -> None:
         """Touch each DAG file that reads the table list and is older than it; one ``stat`` when nothing changed.
@@ -102,7 +128,10 @@ class TableListDagBundle(LocalDagBundle):
         if changed == self._seen:
             return
         self._seen = changed
+        now = datetime.now(timezone.utc)
         touched = touch_readers(self.path, changed)
+        for path in touched:
+            self._changed[str(path.relative_to(self.path))] = now
         if touched:
             log.info(
                 "The table list %s changed: the dag-processor parses %s now",
@@ -110,21 +139,19 @@ class TableListDagBundle(LocalDagBundle):
                 ", ".join(str(path.relative_to(self.path)) for path in touched),
             )
 
-    def _follow_pauses(self) -> None:
+    def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.
 
-        A DAG new since the last look, or gone, is not a pause: the parse that made or removed it registered its
-        watch as it was. The first look only remembers: the dag-processor parses every file when it starts.
+        A DAG new since the last look was made by a parse that registered its watch as Airflow created it, paused
+        or not by ``[core] dags_are_paused_at_creation``: it counts as paused or unpaused if it is not so now.
+        A DAG gone is no pause.
         """
-        try:
-            states = self.pause_states()
-        except Exception as error:  # the metadata database: the manager's own next query will say more
-            log.warning("Cannot read which DAGs of bundle %r are paused: %s", self.name, error)
-            return
-        before, self._states = self._states, states
-        if before is None:
-            return
-        flipped = {states[d][0] for d in states.keys() & before.keys() if states[d][1] != before[d][1]}
+        created_paused = conf.getboolean("core", "dags_are_paused_at_creation")
+        flipped = {
+            row.file
+            for dag_id, row in rows.items()
+            if row.paused != (before[dag_id].paused if dag_id in before else created_paused)
+        }
         touched = [path for path in (self.path / f for f in sorted(flipped)) if is_reader(path) and touch(path)]
         if touched:
             log.info(
@@ -132,18 +159,57 @@ class TableListDagBundle(LocalDagBundle):
                 ", ".join(str(path.relative_to(self.path)) for path in touched),
             )
 
-    def pause_states(self) -> dict[str, tuple[str, bool]]:
-        """Each of this bundle's DAGs: its file (relative to the folder) and whether it is paused, from Airflow's
-        database."""
+    def _follow_removals(self, rows: dict[str, DagRow]) -> None:
+        """Parse a file once more when a table taken off the list would otherwise keep its DAGs until the next parse.
+
+        Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse is more than
+        ``[dag_processor] stale_dag_threshold`` older than that parse: a table-list change soon after the file's
+        last parse would leave the removed tables' DAGs active until the hourly parse. Once the parse after the
+        change is stored, a DAG of the file parsed before the change is one it no longer found; if Airflow will not
+        deactivate it, the file is touched again when the threshold has passed.
+        """
+        threshold = timedelta(seconds=conf.getint("dag_processor", "stale_dag_threshold"))
+        now = datetime.now(timezone.utc)
+        for file, changed_at in list(self._changed.items()):
+            parsed = [row.last_parsed for row in rows.values() if row.file == file and row.last_parsed is not None]
+            if not parsed or max(parsed) < changed_at:
+                continue  # the parse after the change is not stored yet
+            left = [when for when in parsed if when < changed_at]
+            if left and max(left) + threshold >= changed_at:  # Airflow would keep these active
+                if now <= max(left) + threshold:
+                    continue
+                touch(self.path / file)
+                log.info("Parsing %s once more so that the DAGs of tables taken off the list go", file)
+            del self._changed[file]
+
+    def dag_rows(self) -> dict[str, DagRow]:
+        """This bundle's active DAGs by id, from Airflow's database."""
         from airflow.models.dag import DagModel
         from airflow.utils.session import create_session
         from sqlalchemy import select
 
-        query = select(DagModel.dag_id, DagModel.relative_fileloc, DagModel.is_paused).where(
-            DagModel.bundle_name == self.name, ~DagModel.is_stale
-        )
+        query = select(DagModel.dag_id, DagModel.relative_fileloc, DagModel.is_paused, DagModel.last_parsed_time)
+        query = query.where(DagModel.bundle_name == self.name, ~DagModel.is_stale)
         with create_session() as session:
-            return {dag_id: (str(fileloc), bool(paused)) for dag_id, fileloc, paused in session.execute(query)}
+            return {
+                dag_id: DagRow(str(fileloc), bool(paused), _utc(parsed))
+                for dag_id, fileloc, paused, parsed in session.execute(query)
+            }
+
+
+@dataclass(frozen=True)
+class DagRow:
+    """One DAG as the bundle follows it: its file (relative to the folder), whether it is paused, its last parse."""
+
+    file: str
+    paused: bool
+    last_parsed: datetime | None = None
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    if when is None or when.tzinfo is not None:
+        return when
+    return when.replace(tzinfo=timezone.utc)
 
 
 def is_reader(path: Path) -> bool:

@@ -49,7 +49,9 @@ def test_a_table_list_change_takes_effect_within_a_minute(unique_name, live_airf
 
     document = yaml.safe_load(live_airflow.table_list.read_text())
     removed = TableName.parse(document["tables"][-1]["table"])
-    assert all(live_airflow.dag_parsed(d) for d in _dags_of(removed)), f"{removed}'s DAGs were not there to remove"
+    live_airflow.wait_for(  # the live Airflow's first parse of its table list, if this test comes first
+        f"{removed}'s DAGs to remove", lambda: all(live_airflow.dag_parsed(d) for d in _dags_of(removed)), 600
+    )
     announced = _announcements(live_airflow)
 
     document["tables"] = document["tables"][:-1] + [{"table": str(added), "full_rewrite": {"schedule": None}}]

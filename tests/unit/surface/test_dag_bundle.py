@@ -1,14 +1,16 @@
 """``TableListDagBundle``: a table-list change, or a DAG paused or unpaused, marks the DAG files that read the table
 list as changed, once, and nothing else.
 
-Airflow's metadata database is not here: the DAGs' pause states come from the test (``Bundle.states``); the live
-Airflow's test (``tests/integration/test_table_list_changes.py``) reads them from PostgreSQL.
+Airflow's metadata database is not here: the DAGs' rows come from the test (``Bundle.rows``); the live Airflow's
+test (``tests/integration/test_table_list_changes.py``) reads them from PostgreSQL.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from airflow.dag_processing.bundles.manager import DagBundlesManager
 
 from airflow_iceberg.surface import dag_bundle
 from airflow_iceberg.surface.cli import DAG_FILES
-from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, TableListDagBundle
+from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, DagRow, TableListDagBundle
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"
 HOUR_AGO = 3600 * 10**9
@@ -46,17 +48,17 @@ def _mtimes(folder: Path) -> dict[str, int]:
 
 
 class Bundle(TableListDagBundle):
-    """The bundle with the DAGs' pause states a test sets, not Airflow's database's."""
+    """The bundle with the DAG rows a test sets, not Airflow's database's."""
 
-    states: dict[str, tuple[str, bool]]
+    rows: dict[str, DagRow]
 
-    def pause_states(self) -> dict[str, tuple[str, bool]]:
-        return dict(self.states)
+    def dag_rows(self) -> dict[str, DagRow]:
+        return dict(self.rows)
 
 
-def _bundle(folder: Path, **states: tuple[str, bool]) -> Bundle:
+def _bundle(folder: Path, **rows: DagRow) -> Bundle:
     bundle = Bundle(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
-    bundle.states = states
+    bundle.rows = rows
     bundle.refresh()  # the dag-processor's first refresh: the list is not newer than the DAG files
     return bundle
 
@@ -121,18 +123,18 @@ def test_a_dag_file_that_cannot_be_touched_is_logged_and_skipped(folder: Path, m
 
 def test_no_table_list_is_no_error(tmp_path: Path):
     bundle = Bundle(name="dags-folder", path=str(tmp_path), table_list=str(tmp_path / "missing.yaml"))
-    bundle.states = {}
+    bundle.rows = {}
     bundle.refresh()
 
 
 def test_a_dag_paused_or_unpaused_marks_its_file_and_only_its_file(folder: Path):
     compaction, other = "iceberg_compaction.py", "other/unrelated.py"
-    bundle = _bundle(folder, a=(compaction, True), b=(compaction, False), x=(other, False))
+    bundle = _bundle(folder, a=DagRow(compaction, True), b=DagRow(compaction, False), x=DagRow(other, False))
     unchanged = _mtimes(folder)
     bundle.refresh()
     assert _mtimes(folder) == unchanged, "nothing was paused or unpaused"
 
-    bundle.states = {**bundle.states, "a": (compaction, False)}  # unpaused: its health watch must be registered
+    bundle.rows = {**bundle.rows, "a": DagRow(compaction, False)}  # unpaused: its health watch must be registered
     bundle.refresh()
     after = _mtimes(folder)
     assert {name for name in after if after[name] > unchanged[name]} == {compaction}
@@ -140,24 +142,72 @@ def test_a_dag_paused_or_unpaused_marks_its_file_and_only_its_file(folder: Path)
     for name in after:
         _age(folder / name, 60 * 10**9)
     aged = _mtimes(folder)
-    bundle.states = {**bundle.states, "x": (other, True)}  # another team's DAG, paused: not ours to parse
+    bundle.rows = {**bundle.rows, "x": DagRow(other, True)}  # another team's DAG, paused: not ours to parse
     bundle.refresh()
     assert _mtimes(folder) == aged
 
 
-def test_a_dag_new_since_the_last_look_or_gone_is_no_pause(folder: Path):
-    """A table added with Airflow's paused-at-creation, or removed: its parse has happened; no second one."""
+@pytest.mark.parametrize("created_paused", [True, False])
+def test_a_new_dag_counts_as_paused_or_unpaused_only_against_how_airflow_created_it(
+    folder: Path, monkeypatch, created_paused: bool
+):
+    """A table added: its parse registered its watch as Airflow created its DAG; a DAG gone is no pause."""
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", str(created_paused))
     compaction = "iceberg_compaction.py"
-    bundle = _bundle(folder, a=(compaction, False))
+    bundle = _bundle(folder, a=DagRow(compaction, False))
     before = _mtimes(folder)
-    bundle.states = {"b": (compaction, True)}
+    bundle.rows = {"b": DagRow(compaction, created_paused)}  # a created as Airflow creates it; a gone
     bundle.refresh()
     assert _mtimes(folder) == before
+    bundle.rows = {"b": DagRow(compaction, created_paused), "c": DagRow(compaction, not created_paused)}
+    bundle.refresh()  # c was paused or unpaused between its creation and this look
+    assert _mtimes(folder)[compaction] > before[compaction]
+
+
+def _parsed(seconds_ago: float) -> datetime:
+    return datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)
+
+
+def test_a_table_taken_off_the_list_soon_after_the_last_parse_gets_one_more_parse(folder: Path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "1")
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(folder, kept=DagRow(compaction, False, _parsed(0.5)), gone=DagRow(compaction, False, _parsed(0.5)))
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.kept}]\n")
+    bundle.refresh()  # the change: touched; its parse not stored yet
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}  # the parse after it, stored
+    bundle.refresh()
+    assert _mtimes(folder) == aged, "'gone' was parsed 0.5 s before the change: too soon to parse again"
+    time.sleep(1.0)  # the threshold passes
+    bundle.refresh()
+    assert _mtimes(folder)[compaction] > aged[compaction], "the parse that lets Airflow deactivate 'gone'"
+    _age(folder / compaction, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == aged, "one more parse, not one per refresh"
+
+
+def test_a_table_taken_off_long_after_the_last_parse_needs_no_second_parse(folder: Path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "10")
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(
+        folder, kept=DagRow(compaction, False, _parsed(3600)), gone=DagRow(compaction, False, _parsed(3600))
+    )
+    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.kept}]\n")
+    bundle.refresh()
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}
+    bundle.refresh()
+    assert _mtimes(folder) == aged, "Airflow deactivates 'gone' after the one parse"
 
 
 def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: Path, caplog):
     class Unreachable(Bundle):
-        def pause_states(self):
+        def dag_rows(self):
             raise ConnectionError("could not connect to server")
 
     bundle = Unreachable(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
