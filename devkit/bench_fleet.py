@@ -11,8 +11,9 @@ each: healthy):
    - **idle**: every DAG paused (Airflow registers no watcher of a paused DAG), CPU over a window;
    - **watching**: every DAG unpaused through the REST API, as a user turns a fleet on, every table checked by
      the triggerer (polled every 60 s); DAG runs created and CPU over the same window.
-   Under the fleet setting no parse falls in a window: one parse is then asked for and measured, and an hour's
-   share of it is added to each window's cores (both parts are printed). Also printed: the sweep's time, the
+   Under the fleet setting no parse falls in a window: one parse is then started (by the DAG files' modification
+   times, as the bundle starts one) and measured, and an hour's share of it is added to each window's cores (both
+   parts are printed). Also printed: the sweep's time, the
    triggerer's memory, and the Iceberg tables page's list time;
 2. **a writer**, under the fleet setting: small files into 10 tables; each must get exactly one run, starting
    within two poll intervals of its last commit, which compacts it; no other run may follow in the next 5 min;
@@ -84,8 +85,7 @@ def create_fleet(fleet: list[TableName]) -> None:
 
 
 def table_list(path: Path, fleet: list[TableName], mode: str, poll_interval: float, cron_tables: int) -> None:
-    """The table list of one mode: ``unscheduled`` (nothing scheduled), ``watch`` (every table), ``cron`` (the first
-    ``cron_tables`` every minute)."""
+    """The table list of one mode: ``watch`` (every table) or ``cron`` (the first ``cron_tables`` every minute)."""
     demo = next(t for t in load_table_list(ROOT / "dags" / "iceberg_tables.yaml").tables if t.table.table == "events")
     defaults = {
         "spark": demo.spark.model_dump(mode="json", exclude_none=True),

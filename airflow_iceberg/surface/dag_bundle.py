@@ -133,11 +133,8 @@ class TableListDagBundle(LocalDagBundle):
         for path in touched:
             self._changed[str(path.relative_to(self.path))] = now
         if touched:
-            log.info(
-                "The table list %s changed: the dag-processor parses %s now",
-                self.table_list,
-                ", ".join(str(path.relative_to(self.path)) for path in touched),
-            )
+            shown = self._shown(touched)
+            log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
 
     def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.
@@ -156,7 +153,7 @@ class TableListDagBundle(LocalDagBundle):
         if touched:
             log.info(
                 "DAGs were paused or unpaused: the dag-processor parses %s now, so their health watches follow",
-                ", ".join(str(path.relative_to(self.path)) for path in touched),
+                self._shown(touched),
             )
 
     def _follow_removals(self, rows: dict[str, DagRow]) -> None:
@@ -181,6 +178,9 @@ class TableListDagBundle(LocalDagBundle):
                 touch(self.path / file)
                 log.info("Parsing %s once more so that the DAGs of tables taken off the list go", file)
             del self._changed[file]
+
+    def _shown(self, paths: list[Path]) -> str:
+        return ", ".join(str(path.relative_to(self.path)) for path in paths)
 
     def dag_rows(self) -> dict[str, DagRow]:
         """This bundle's active DAGs by id, from Airflow's database."""
