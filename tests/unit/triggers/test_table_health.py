@@ -63,6 +63,10 @@ def test_its_arguments_are_flat_and_leave_defaults_out():
     assert all(isinstance(value, (str, int, float)) for value in kwargs.values())
 
 
+def test_its_repr_names_the_table_and_dag_and_not_the_arguments():
+    assert repr(trigger()) == "<TableHealthTrigger lake.db.t for iceberg_compact__lake__db__t>"
+
+
 def test_an_unknown_health_trigger_is_refused_by_name():
     with pytest.raises(TypeError, match="min_small_file"):
         trigger(min_small_file=3)
