@@ -237,6 +237,8 @@ class CatalogSweep:
         self.poll_interval = poll_interval
         self.key = stream_key(iceberg_conn_id, write_gate_conn_id, poll_interval)
         self.memory: dict[str, TableMemory] = {}
+        # The trouble last logged for each table that has some (missing, unreadable): logged once, not each sweep.
+        self.trouble: dict[str, str] = {}
         self.log = logging.getLogger(__name__)
         self._catalog: Any = None
 
@@ -295,7 +297,7 @@ class CatalogSweep:
 
     def check_all(self, watchers: list[TableHealthTrigger]) -> list[Check]:
         try:
-            locations = self.list_locations([TableName.parse(w.table) for w in watchers])
+            locations, listed = self.list_locations([TableName.parse(w.table) for w in watchers])
         except Exception as error:
             self._catalog = None  # connect afresh next time
             reason = f"catalog of Iceberg connection {self.iceberg_conn_id!r} unreachable: {_say(error)}"
@@ -304,7 +306,7 @@ class CatalogSweep:
         checks = []
         for watcher in watchers:
             try:
-                checks.append(self.check(watcher, locations.get(watcher.table)))
+                checks.append(self.check(watcher, locations.get(watcher.table), listed))
             except Exception as error:
                 self.log.warning("Health check of %s failed: %s", watcher.table, _say(error))
                 checks.append(Check(watcher.table, "error", f"could not read its health: {_say(error)}"))
@@ -317,8 +319,9 @@ class CatalogSweep:
             self._catalog = IcebergHook(self.iceberg_conn_id).catalog
         return self._catalog
 
-    def list_locations(self, tables: list[TableName]) -> dict[str, str | None]:
-        """Each table's current metadata location (None if the catalog does not have it)."""
+    def list_locations(self, tables: list[TableName]) -> tuple[dict[str, str | None], dict[str, str]]:
+        """Each table's current metadata location (None if the catalog does not have it), and, for a SQL catalog,
+        which table holds each metadata location it lists (``namespace.table``), to tell a rename from a drop."""
         from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
         from sqlalchemy import select
 
@@ -328,7 +331,8 @@ class CatalogSweep:
             query = select(*columns).where(IcebergTables.catalog_name == catalog.name)
             with catalog.engine.connect() as connection:
                 rows = {(ns, name): location for ns, name, location in connection.execute(query)}
-            return {str(t): rows.get((t.namespace, t.table)) for t in tables}
+            listed = {location: f"{ns}.{name}" for (ns, name), location in rows.items() if location}
+            return {str(t): rows.get((t.namespace, t.table)) for t in tables}, listed
         from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
         locations: dict[str, str | None] = {}
@@ -337,7 +341,7 @@ class CatalogSweep:
                 locations[str(table)] = catalog.load_table(table.in_catalog).metadata_location
             except (NoSuchTableError, NoSuchNamespaceError):
                 locations[str(table)] = None
-        return locations
+        return locations, {}
 
     def read_facts(self, location: str) -> SnapshotFacts:
         """The current snapshot's facts from the metadata file's JSON."""
@@ -348,19 +352,25 @@ class CatalogSweep:
         with io.new_input(location).open() as raw, Compressor.get_compressor(location).stream_decompressor(raw) as f:
             return SnapshotFacts.from_metadata(json.load(f))
 
-    def check(self, watcher: TableHealthTrigger, location: str | None) -> Check:
+    def check(self, watcher: TableHealthTrigger, location: str | None, listed: Mapping[str, str]) -> Check:
         table = watcher.table
-        if location is None:
-            self.memory.pop(table, None)
-            return Check(
-                table, "error", f"{table} is not in the catalog of Iceberg connection {self.iceberg_conn_id!r}"
-            )
         memory, reading = self.memory.get(table), "listing"
+        if location is None:
+            return self._troubled(table, self._missing(table, memory, listed))
         if memory is None or memory.location != location:
-            facts, reading = self.read_facts(location), "metadata"
+            try:
+                facts, reading = self.read_facts(location), "metadata"
+            except Exception as error:
+                return self._troubled(
+                    table,
+                    f"could not read {table}'s current metadata file {location}: {_say(error)}. No engine can read "
+                    "the table until that file is restored, or its catalog entry points at a readable metadata file",
+                )
             memory = self.memory[table] = TableMemory(
                 location, facts, memory.last_read if memory else None, memory.started_at if memory else None
             )
+        if self.trouble.pop(table, None) is not None:
+            self.log.info("Health check of %s: readable again", table)
         thresholds = watcher.thresholds
         facts, last_read = memory.facts, memory.last_read
         snapshot_id = facts.snapshot_id
@@ -382,6 +392,24 @@ class CatalogSweep:
         if plan.decision == "compact":
             return Check(table, "needs_work", plan.reason, reading, snapshot_id, plan.partitions, plan.score, **totals)
         return Check(table, "healthy", plan.reason, reading, snapshot_id, score=0, **totals)
+
+    def _missing(self, table: str, memory: TableMemory | None, listed: Mapping[str, str]) -> str:
+        catalog = TableName.parse(table).catalog
+        gone = f"{table} is not in the catalog of Iceberg connection {self.iceberg_conn_id!r}"
+        renamed = listed.get(memory.location) if memory is not None else None
+        if renamed is not None:
+            return (
+                f"{gone}: it was renamed to {catalog}.{renamed}, which holds its last metadata file; put the new "
+                "name in the table list"
+            )
+        return f"{gone}: it was dropped or renamed; take it off the table list, or put its new name there"
+
+    def _troubled(self, table: str, reason: str) -> Check:
+        """An ``error`` check: logged when a table's trouble begins or changes, not at every sweep."""
+        if self.trouble.get(table) != reason:
+            self.trouble[table] = reason
+            self.log.warning("Health check of %s failed: %s", table, reason)
+        return Check(table, "error", reason)
 
     # --- holding back a second run ------------------------------------------------------------------------------
 

@@ -200,3 +200,61 @@ def test_a_triggerer_killed_mid_sweep_neither_starts_a_second_run_nor_forgets_a_
     )
     assert [len(runs(live_airflow, t)) for t in (started, forgotten)] == [1, 1]
     assert [TableStats.read("lake", t).data_files for t in (started, forgotten)] == [1, 1]
+
+
+def test_a_dropped_a_renamed_and_an_unreadable_table_say_so_on_the_page_and_in_the_log(live_airflow, fleet):
+    catalog = IcebergHook("lake").catalog
+    troubled = dropped, renamed, corrupt = fleet[45], fleet[46], fleet[47]
+    others = [t for t in fleet if t not in troubled]
+    wait_for_checks(live_airflow, troubled, lambda c: c["decision"] == "healthy", "the three checked healthy")
+    catalog.drop_table(dropped.in_catalog)
+    new_name = (renamed.namespace, f"{renamed.table}_new")
+    catalog.rename_table(renamed.in_catalog, new_name)
+    # A commit whose new metadata file is then cut off mid-write.
+    iceberg_table = catalog.load_table(corrupt.in_catalog)
+    iceberg_table.append(ROWS)
+    path = iceberg_table.metadata_location.removeprefix("file://")
+    good = Path(path).read_bytes()
+    Path(path).write_bytes(good[:40])
+    since = time.time()
+
+    found = wait_for_checks(live_airflow, troubled, lambda c: c["decision"] == "error", "three failed checks")
+    reasons = {table: found[str(table)]["reason"] for table in troubled}
+    assert reasons[dropped].endswith("it was dropped or renamed; take it off the table list, or put its new name there")
+    assert f"it was renamed to lake.{renamed.namespace}.{renamed.table}_new" in reasons[renamed]
+    assert path in reasons[corrupt] and "JSONDecodeError" in reasons[corrupt]
+    # Every other table's checks go on, from the same sweeps.
+    wait_for_checks(
+        live_airflow,
+        others,
+        lambda c: c["checked_at"].timestamp() > since + 2 * POLL_SECONDS and c["decision"] != "error",
+        "the other tables checked twice since",
+    )
+    # The page says it: each is a failed check, with the check's reason.
+    headers = {"Authorization": f"Bearer {live_airflow.token()}"}
+    for table in troubled:
+        listed = requests.get(
+            f"{live_airflow.url}/iceberg/api/tables", params={"q": str(table)}, headers=headers, timeout=60
+        )
+        assert listed.ok, listed.text
+        [row] = [r for r in listed.json()["rows"] if r["table"] == str(table)]
+        assert (row["need"], row["check"]["reason"]) == ("check_failed", reasons[table])
+
+    # The triggerer's log says it once, not at every sweep.
+    def logged(table: TableName) -> int:
+        logs = [live_airflow.home / name for name in ("standalone.log", "triggerer.log")]
+        text = "".join(log.read_text(errors="replace") for log in logs if log.exists())
+        return text.count(f"Health check of {table} failed: {reasons[table]}")
+
+    assert [logged(table) for table in troubled] == [1, 1, 1]
+    later = time.time()
+    wait_for_checks(
+        live_airflow, troubled, lambda c: c["checked_at"].timestamp() > later + 2 * POLL_SECONDS, "two more sweeps"
+    )
+    assert [logged(table) for table in troubled] == [1, 1, 1]
+
+    # Put right, each is checked healthy again.
+    catalog.create_table(dropped.in_catalog, schema=ROWS.schema).append(ROWS)
+    catalog.rename_table(new_name, renamed.in_catalog)
+    Path(path).write_bytes(good)
+    wait_for_checks(live_airflow, troubled, lambda c: c["decision"] == "healthy", "the three healthy again")
