@@ -408,6 +408,11 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
         for number in range(3):
             since = committed_checkpoint(cdc_table)
             job.wait_for(lambda since=since: committed_checkpoint(cdc_table) >= since + 2, "two Flink commits", 120)
+            # Start half a checkpoint after Flink's last commit, so that its next commit falls due while the rewrite
+            # runs. Started at once, a rewrite shorter than a checkpoint (Spark up in 2 s, the rewrite done in 6)
+            # could end before Flink's next commit each time, and the control then measured nothing.
+            last_commit_ms = flink_snapshots(cdc_table)[-1].timestamp_ms
+            time.sleep(max(0.0, (last_commit_ms + ROLLING["checkpoint_ms"] / 2) / 1000 - time.time()))
             output: list[str] = []
             started_ms = time.time() * 1000
             hook = spark_job_hook(
