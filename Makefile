@@ -11,6 +11,8 @@
 #             fleet setting: runs, cores, sweeps; one run for each table a writer makes need work; cron mode for
 #             reference (about an hour; BENCH_ARGS=--tables 100,1000 for more sizes)
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
+# make bad-day  a watched fleet's bad day on a live Airflow: the gate's MySQL, then the catalog's database, down
+#             for two minutes during the health watch's sweeps (about 15 minutes)
 # make unit   the fast tests only (no servers), Java and Python
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
 #             the docs site with --strict into build/site (make site: the build alone, which make test runs)
@@ -25,7 +27,7 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet bench-peers faults docs site \
+.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet bench-peers faults bad-day docs site \
 	clean
 
 setup:
@@ -50,8 +52,8 @@ bench: setup
 TEST_WORKERS ?= 2
 
 test: setup-stacks lint site java-test
-	@$(ENV) $(PY) -m pytest -m alone $(PYTEST_ARGS)
-	@$(ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS)
+	@$(ENV) $(PY) -m pytest -m "alone and not bad_day" $(PYTEST_ARGS)
+	@$(ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone and not bad_day" $(PYTEST_ARGS)
 	@$(ENV) $(PY) -m devkit.stack_checks --smoke --workers $(TEST_WORKERS)
 
 java-test: setup-stacks
@@ -86,6 +88,9 @@ bench-peers: setup
 
 faults: setup
 	@$(ENV) $(PY) -m devkit.faults
+
+bad-day: setup
+	@$(ENV) $(PY) -m pytest -m bad_day -s $(PYTEST_ARGS) tests/integration/test_bad_day.py
 
 docs: setup
 	@$(ENV) $(PY) -m devkit.docs
