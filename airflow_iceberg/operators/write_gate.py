@@ -16,6 +16,14 @@ from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 
+def _times(state: Any) -> dict[str, str]:
+    return {
+        "closed_at": state.closed_at.isoformat(),
+        "lease_expires_at": state.lease_expires_at.isoformat(),
+        "pause_deadline": state.pause_deadline.isoformat(),
+    }
+
+
 def run_owner(context: Mapping[str, Any]) -> GateOwner:
     """The gate owner for the DAG run that ``context`` belongs to."""
     return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
@@ -46,6 +54,9 @@ class CloseWriteGateOperator(BaseOperator):
         health score of ``plan_task_id``'s plan), so writers are never paused while their rewrite waits for
         the cluster. The wait counts against ``gate_wait_seconds``. None: no limit.
     :param plan_task_id: The task whose ``plan`` XCom holds the health score; without one the score is 0.
+    :param deferrable: Wait for a held gate or a Spark slot in the triggerer (``CloseGateTrigger``), holding no
+        worker meanwhile: with ``spark_slots``, a burst of runs waiting in their workers could take every worker,
+        and the runs that got a slot could then not go on. A gate closed at the first look closes in the worker.
     """
 
     template_fields: Sequence[str] = ()
@@ -63,6 +74,7 @@ class CloseWriteGateOperator(BaseOperator):
         spark_conn_id: str | None = None,
         spark_slots: int | None = None,
         plan_task_id: str | None = None,
+        deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -86,6 +98,7 @@ class CloseWriteGateOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.spark_slots = spark_slots
         self.plan_task_id = plan_task_id
+        self.deferrable = deferrable
 
     def _slot_request(self, context: Context) -> SparkSlotRequest | None:
         if self.spark_slots is None:
@@ -100,6 +113,8 @@ class CloseWriteGateOperator(BaseOperator):
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
         slot = self._slot_request(context)
+        if self.deferrable:
+            return self._close_or_defer(hook, owner, slot)
         deadline = time.monotonic() + self.gate_wait_seconds
         while True:
             current = hook.get_state(self.table)
@@ -121,12 +136,51 @@ class CloseWriteGateOperator(BaseOperator):
                 "Write gate of %s is held by %s until %s; waiting", self.table, current.owner, current.lease_expires_at
             )
             time.sleep(self.poke_interval)
-        return {
-            "table": str(self.table),
-            "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]
-            "lease_expires_at": state.lease_expires_at.isoformat(),  # type: ignore[union-attr]
-            "pause_deadline": state.pause_deadline.isoformat(),  # type: ignore[union-attr]
-        }
+        return {"table": str(self.table), **_times(state)}
+
+    def _close_or_defer(self, hook: WriteGateHook, owner: GateOwner, slot: SparkSlotRequest | None) -> dict[str, str]:
+        """One look in the worker; if the run must wait, the waiting in the triggerer."""
+        from datetime import datetime, timedelta, timezone
+
+        from airflow_iceberg.triggers.close_gate import CloseGateTrigger
+
+        current = hook.get_state(self.table)
+        if current.pauses_writers and current.owner != owner and self.gate_wait_seconds > 0:  # only read it
+            self.log.info("Write gate of %s is held by %s; waiting in the triggerer", self.table, current.owner)
+        else:
+            try:
+                state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds, slot)
+            except (WriteGateHeldError, SparkSlotsBusyError) as waiting:
+                if self.gate_wait_seconds == 0:
+                    raise
+                self.log.info("%s; waiting in the triggerer, the gate open meanwhile", waiting)
+            else:
+                return self.execute_complete({}, {"closed": True, **_times(state)})
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=self.gate_wait_seconds)
+        self.defer(
+            trigger=CloseGateTrigger(
+                table=str(self.table),
+                dag_id=owner.dag_id,
+                run_id=owner.run_id,
+                write_gate_conn_id=self.write_gate_conn_id,
+                lease_seconds=self.lease_seconds,
+                max_pause_seconds=self.max_pause_seconds,
+                poke_interval=self.poke_interval,
+                deadline=deadline.isoformat(),
+                slot=None if slot is None else vars(slot).copy(),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.gate_wait_seconds + 60 + 2 * self.poke_interval),
+        )
+
+    def execute_complete(self, context: Context | Mapping[str, Any], event: dict[str, Any]) -> dict[str, str]:
+        """The gate closed (in the triggerer, or at the first look), or why the wait gave up."""
+        if not event.get("closed"):
+            error = {"SparkSlotsBusyError": SparkSlotsBusyError, "WriteGateHeldError": WriteGateHeldError}.get(
+                event.get("error", ""), RuntimeError
+            )
+            raise error(f"gave up after {self.gate_wait_seconds} s: {event.get('message')}")
+        return {"table": str(self.table), **{k: event[k] for k in ("closed_at", "lease_expires_at", "pause_deadline")}}
 
 
 class OpenWriteGateOperator(BaseOperator):

@@ -77,7 +77,7 @@ def close_gate(config: TableConfig) -> str:
     slots = (
         f" It closes only when this run gets one of the {config.spark_slots} Spark slots of "
         f"`{config.spark_conn_id}`; runs of the tables in the worst health get the free slots first, and the "
-        "gate stays open while the run waits."
+        "gate stays open while the run waits, in the triggerer: the wait holds no worker."
         if config.spark_slots
         else ""
     )

@@ -93,7 +93,10 @@ def test_with_spark_pool_slots_close_gate_waits_for_a_slot_of_the_connection_by_
         close = dag.get_task("close_gate")
         assert (close.spark_conn_id, close.spark_slots, close.plan_task_id) == ("spark_yarn", 3, "plan_compaction")
         assert "one of the 3 Spark slots of `spark_yarn`" in close.doc_md
+        assert close.deferrable  # it waits for its slot in the triggerer, holding no worker
     assert make_dag().get_task("close_gate").spark_slots is None
+    assert not make_dag().get_task("close_gate").deferrable
+    assert make_dag(deferrable=True).get_task("close_gate").deferrable
 
 
 def test_table_settings_reach_the_tasks():

@@ -6,15 +6,18 @@ The admission rule itself, on values alone, is in ``tests/unit/hooks/test_write_
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
+from airflow.exceptions import TaskDeferred
 
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
-from airflow_iceberg.exceptions import SparkSlotsBusyError
+from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator
+from airflow_iceberg.triggers.close_gate import CloseGateTrigger
 from tests.integration.hooks.test_write_gate import writer_paused
 
 
@@ -135,3 +138,76 @@ def test_close_task_gives_up_after_its_wait_naming_the_slots_and_changes_nothing
     with pytest.raises(SparkSlotsBusyError, match=f"gave up after 1 s: {t2} waits for a Spark slot of '{conn}'"):
         task.execute(context)
     assert not writer_paused(gate_hook, t2) and gate_hook.audit_trail(t2) == []
+
+
+def close_task(table: str, conn: str, **overrides) -> CloseWriteGateOperator:
+    settings = {
+        "task_id": "close_gate",
+        "table": table,
+        "lease_seconds": 600,
+        "max_pause_seconds": 600,
+        "gate_wait_seconds": 120,
+        "poke_interval": 0.2,
+        "spark_conn_id": conn,
+        "spark_slots": 1,
+        "deferrable": True,
+        **overrides,
+    }
+    return CloseWriteGateOperator(**settings)
+
+
+def context_of(table: str) -> dict:
+    return {"dag": type("Dag", (), {"dag_id": owner(table).dag_id}), "run_id": owner(table).run_id}
+
+
+def first_event(trigger: CloseGateTrigger) -> dict:
+    async def first() -> dict:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("the trigger ended without an event")
+
+    return asyncio.run(first())
+
+
+def test_a_deferrable_close_task_waits_for_its_slot_in_the_triggerer_and_closes_when_one_frees(gate_hook, fleet):
+    (t1, t2, _), conn = fleet
+    gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 1, 0, 60))
+    task = close_task(t2, conn)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context_of(t2))  # one look in the worker, then the worker is free
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, CloseGateTrigger) and deferred.value.method_name == "execute_complete"
+    assert [e.table for e in gate_hook.spark_slot_queue(conn)] == [t1, t2] and not writer_paused(gate_hook, t2)
+
+    event: dict = {}
+    waiting = threading.Thread(target=lambda: event.update(first_event(trigger)))
+    waiting.start()
+    time.sleep(1)  # several looks of the trigger while the slot is taken
+    assert waiting.is_alive() and not writer_paused(gate_hook, t2) and gate_hook.audit_trail(t2) == []
+    gate_hook.open_gate(t1, owner(t1))
+    waiting.join(60)
+    assert event["closed"] is True and writer_paused(gate_hook, t2)
+    result = task.execute_complete(context_of(t2), event)
+    assert result["table"] == t2 and result["closed_at"] == gate_hook.get_state(t2).closed_at.isoformat()
+    assert [a["action"] for a in gate_hook.audit_trail(t2)] == ["close"]
+
+
+def test_a_deferrable_close_task_closes_in_the_worker_when_it_need_not_wait(gate_hook, fleet):
+    (t1, _, _), conn = fleet
+    result = close_task(t1, conn).execute(context_of(t1))
+    assert result["table"] == t1 and writer_paused(gate_hook, t1)
+
+
+def test_the_trigger_gives_up_at_its_deadline_having_only_read_a_gate_another_run_holds(gate_hook, fleet):
+    (t1, _, _), conn = fleet
+    other = GateOwner("iceberg_full_rewrite__x", "scheduled__1")
+    gate_hook.close_gate(t1, other, 600, 600)
+    task = close_task(t1, conn, spark_slots=None, gate_wait_seconds=1)
+    with pytest.raises(TaskDeferred) as deferred:
+        task.execute(context_of(t1))
+    event = first_event(deferred.value.trigger)
+    assert (event["closed"], event["error"]) == (False, "WriteGateHeldError")
+    assert gate_hook.get_state(t1).owner == other
+    assert [a["action"] for a in gate_hook.audit_trail(t1)] == ["close"]  # the other run's; no refused attempts
+    with pytest.raises(WriteGateHeldError, match=f"gave up after 1 s: Write gate of {t1} is held by"):
+        task.execute_complete(context_of(t1), event)

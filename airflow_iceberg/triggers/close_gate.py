@@ -1,0 +1,110 @@
+"""Close a run's write gate from the triggerer, once the gate is free and, with Spark slots, the run has one.
+
+``CloseWriteGateOperator`` with ``deferrable`` waits here instead of in its worker. In a burst (many tables needing
+work at once on few Spark slots), close_gate tasks that wait in their workers can fill every worker Airflow has:
+the runs that got a slot then cannot run their next task, and nothing moves until the waiters give up. A run
+waiting here holds no worker.
+
+Each look reads the gate, and while another run holds it, only reads it, as the task's own looks do; otherwise it is
+:meth:`WriteGateHook.close_gate` itself: one transaction that takes the gate (and a slot) or changes nothing. A
+look asks for the slot again, which keeps the run's place in the queue.
+A triggerer that dies after closing and before the task resumes is harmless: the next triggerer's first look finds
+the gate this run's and renews it, keeping the close time; if none does, the lease ends and writers resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.spark_slots import SparkSlotRequest
+from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
+
+
+class CloseGateTrigger(BaseTrigger):
+    """Look every ``poke_interval`` seconds until the run closes ``table``'s gate, or ``deadline`` passes.
+
+    The event is ``{"closed": true, "closed_at", "lease_expires_at", "pause_deadline"}`` (ISO times, the database's
+    clock), or ``{"closed": false, "error", "message"}`` with the last look's reason: the gate held by another run
+    (``WriteGateHeldError``), the slots busy (``SparkSlotsBusyError``), or the gate's database unreachable.
+
+    :param slot: The run's Spark slot request (``SparkSlotRequest``'s fields), or None.
+    :param deadline: When to stop looking (ISO, UTC).
+    """
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        dag_id: str,
+        run_id: str,
+        write_gate_conn_id: str,
+        lease_seconds: int,
+        max_pause_seconds: int,
+        poke_interval: float,
+        deadline: str,
+        slot: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.table = table
+        self.owner = GateOwner(dag_id, run_id)
+        self.write_gate_conn_id = write_gate_conn_id
+        self.lease_seconds = int(lease_seconds)
+        self.max_pause_seconds = int(max_pause_seconds)
+        self.poke_interval = float(poke_interval)
+        self.deadline = datetime.fromisoformat(deadline)
+        self.slot = SparkSlotRequest(**slot) if slot else None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "table": self.table,
+                "dag_id": self.owner.dag_id,
+                "run_id": self.owner.run_id,
+                "write_gate_conn_id": self.write_gate_conn_id,
+                "lease_seconds": self.lease_seconds,
+                "max_pause_seconds": self.max_pause_seconds,
+                "poke_interval": self.poke_interval,
+                "deadline": self.deadline.isoformat(),
+                "slot": None if self.slot is None else vars(self.slot).copy(),
+            },
+        )
+
+    def _close(self) -> dict[str, Any]:
+        from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+        hook = WriteGateHook(self.write_gate_conn_id)
+        current = hook.get_state(self.table)
+        if current.pauses_writers and current.owner != self.owner:  # only read: the audit trail keeps real attempts
+            raise WriteGateHeldError(
+                f"Write gate of {self.table} is held by {current.owner} until {current.lease_expires_at}"
+            )
+        state = hook.close_gate(self.table, self.owner, self.lease_seconds, self.max_pause_seconds, self.slot)
+        return {
+            "closed": True,
+            "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]
+            "lease_expires_at": state.lease_expires_at.isoformat(),  # type: ignore[union-attr]
+            "pause_deadline": state.pause_deadline.isoformat(),  # type: ignore[union-attr]
+        }
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        while True:
+            try:
+                yield TriggerEvent(await asyncio.to_thread(self._close))
+                return
+            except (WriteGateHeldError, SparkSlotsBusyError) as waiting:
+                last: BaseException = waiting
+                self.log.info("%s; the gate stays open meanwhile", waiting)
+            except Exception as error:  # the gate's database unreachable: look again until the deadline
+                last = error
+                self.log.warning("Could not close the gate of %s: %s: %s", self.table, type(error).__name__, error)
+            if datetime.now(timezone.utc) >= self.deadline:
+                yield TriggerEvent({"closed": False, "error": type(last).__name__, "message": str(last)})
+                return
+            await asyncio.sleep(self.poke_interval)
