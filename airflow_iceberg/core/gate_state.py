@@ -95,6 +95,18 @@ class GateState:
     def held_by(self, owner: GateOwner) -> bool:
         return self.pauses_writers and self.owner == owner
 
+    def held_by_another(self, owner: GateOwner) -> bool:
+        """Closed for a run other than ``owner``, its lease not yet ended: ``owner`` must wait to close it."""
+        return self.pauses_writers and self.owner != owner
+
+    def close_times(self) -> dict[str, str]:
+        """A closed gate's close time, lease end and pause deadline (database clock), as ISO text."""
+        return {
+            "closed_at": self.closed_at.isoformat(),  # type: ignore[union-attr]
+            "lease_expires_at": self.lease_expires_at.isoformat(),  # type: ignore[union-attr]
+            "pause_deadline": self.pause_deadline.isoformat(),  # type: ignore[union-attr]
+        }
+
     def require_held_by(self, owner: GateOwner) -> None:
         """Raise :class:`LeaseLostError` unless ``owner`` holds the gate: a writer may be committing."""
         if not self.held_by(owner):

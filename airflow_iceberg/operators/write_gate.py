@@ -16,14 +16,6 @@ from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 
 
-def _times(state: Any) -> dict[str, str]:
-    return {
-        "closed_at": state.closed_at.isoformat(),
-        "lease_expires_at": state.lease_expires_at.isoformat(),
-        "pause_deadline": state.pause_deadline.isoformat(),
-    }
-
-
 def run_owner(context: Mapping[str, Any]) -> GateOwner:
     """The gate owner for the DAG run that ``context`` belongs to."""
     return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
@@ -118,8 +110,7 @@ class CloseWriteGateOperator(BaseOperator):
         deadline = time.monotonic() + self.gate_wait_seconds
         while True:
             current = hook.get_state(self.table)
-            held_by_another = current.pauses_writers and current.owner != owner
-            if not held_by_another or time.monotonic() >= deadline:
+            if not current.held_by_another(owner) or time.monotonic() >= deadline:
                 try:
                     state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds, slot)
                     break
@@ -136,7 +127,7 @@ class CloseWriteGateOperator(BaseOperator):
                 "Write gate of %s is held by %s until %s; waiting", self.table, current.owner, current.lease_expires_at
             )
             time.sleep(self.poke_interval)
-        return {"table": str(self.table), **_times(state)}
+        return {"table": str(self.table), **state.close_times()}
 
     def _close_or_defer(self, hook: WriteGateHook, owner: GateOwner, slot: SparkSlotRequest | None) -> dict[str, str]:
         """One look in the worker; if the run must wait, the waiting in the triggerer."""
@@ -145,7 +136,7 @@ class CloseWriteGateOperator(BaseOperator):
         from airflow_iceberg.triggers.close_gate import CloseGateTrigger
 
         current = hook.get_state(self.table)
-        if current.pauses_writers and current.owner != owner and self.gate_wait_seconds > 0:  # only read it
+        if current.held_by_another(owner) and self.gate_wait_seconds > 0:  # only read it
             self.log.info("Write gate of %s is held by %s; waiting in the triggerer", self.table, current.owner)
         else:
             try:
@@ -155,7 +146,7 @@ class CloseWriteGateOperator(BaseOperator):
                     raise
                 self.log.info("%s; waiting in the triggerer, the gate open meanwhile", waiting)
             else:
-                return self.execute_complete({}, {"closed": True, **_times(state)})
+                return {"table": str(self.table), **state.close_times()}
         deadline = datetime.now(timezone.utc) + timedelta(seconds=self.gate_wait_seconds)
         self.defer(
             trigger=CloseGateTrigger(

@@ -81,17 +81,12 @@ class CloseGateTrigger(BaseTrigger):
 
         hook = WriteGateHook(self.write_gate_conn_id)
         current = hook.get_state(self.table)
-        if current.pauses_writers and current.owner != self.owner:  # only read: the audit trail keeps real attempts
+        if current.held_by_another(self.owner):  # only read: the audit trail keeps real attempts
             raise WriteGateHeldError(
                 f"Write gate of {self.table} is held by {current.owner} until {current.lease_expires_at}"
             )
         state = hook.close_gate(self.table, self.owner, self.lease_seconds, self.max_pause_seconds, self.slot)
-        return {
-            "closed": True,
-            "closed_at": state.closed_at.isoformat(),  # type: ignore[union-attr]
-            "lease_expires_at": state.lease_expires_at.isoformat(),  # type: ignore[union-attr]
-            "pause_deadline": state.pause_deadline.isoformat(),  # type: ignore[union-attr]
-        }
+        return {"closed": True, **state.close_times()}
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
