@@ -344,6 +344,12 @@ class LiveAirflow:
         assert response.ok, response.text
         return {ti["task_id"]: ti["state"] for ti in response.json()["task_instances"]}
 
+    def log_text(self) -> str:
+        """What its components logged: ``standalone``'s output, then that of a triggerer :meth:`restart_triggerer`
+        started."""
+        logs = [self.home / name for name in ("standalone.log", "triggerer.log")]
+        return "".join(log.read_text(errors="replace") for log in logs if log.exists())
+
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """The task's log as the UI shows it: one line per structured log event (JSON), errors included."""
         response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}")

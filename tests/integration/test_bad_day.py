@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 
-import pyarrow as pa
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
@@ -22,15 +21,13 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.private_mariadb import PrivateMariaDB
 from devkit.tables import TableStats
+from tests.integration.test_health_watch import MIN_SMALL_FILES, ROWS, append
 
 pytestmark = pytest.mark.bad_day
 
 OUTAGE_SECONDS = 120
 TABLES = 8
 NEEDING = 2
-#: A table needs work from this many small files (in its one partition).
-MIN_SMALL_FILES = 4
-ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "name": pa.array(["a", "b", "c"])})
 GATE_CONN = "gate_bad_day"
 CATALOG_CONN = "bad_day"
 
@@ -93,12 +90,6 @@ def watched(table: TableName, gate_conn_id: str, poll_interval: float) -> dict:
     }
 
 
-def append(table: TableName, files: int) -> None:
-    iceberg_table = IcebergHook(table.catalog).load_table(table.in_catalog)
-    for _ in range(files):
-        iceberg_table.append(ROWS)
-
-
 def runs(live_airflow, table: TableName) -> list[tuple[str, str]]:
     """(run_id, state) of every run of the table's compaction DAG."""
     return live_airflow.query(
@@ -121,8 +112,7 @@ def triggerer_job(live_airflow) -> list[tuple]:
 
 
 def log_count(live_airflow, text: str) -> int:
-    logs = [live_airflow.home / name for name in ("standalone.log", "triggerer.log")]
-    return sum(log.read_text(errors="replace").count(text) for log in logs if log.exists())
+    return live_airflow.log_text().count(text)
 
 
 def outage(server: PrivateMariaDB, began: float) -> None:

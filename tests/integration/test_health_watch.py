@@ -47,7 +47,7 @@ def watched(table: TableName, **settings) -> dict:
 
 def append(table: TableName, files: int) -> None:
     """``files`` commits of one small file each, as a streaming writer's checkpoints make them."""
-    iceberg_table = IcebergHook("lake").load_table(table.in_catalog)
+    iceberg_table = IcebergHook(table.catalog).load_table(table.in_catalog)
     for _ in range(files):
         iceberg_table.append(ROWS)
 
@@ -243,9 +243,7 @@ def test_a_dropped_a_renamed_and_an_unreadable_table_say_so_on_the_page_and_in_t
 
     # The triggerer's log says it once, not at every sweep.
     def logged(table: TableName) -> int:
-        logs = [live_airflow.home / name for name in ("standalone.log", "triggerer.log")]
-        text = "".join(log.read_text(errors="replace") for log in logs if log.exists())
-        return text.count(f"Health check of {table} failed: {reasons[table]}")
+        return live_airflow.log_text().count(f"Health check of {table} failed: {reasons[table]}")
 
     assert [logged(table) for table in troubled] == [1, 1, 1]
     later = time.time()
