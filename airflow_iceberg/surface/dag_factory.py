@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, CronTriggerTimetable, chain
+from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf
 
 from airflow_iceberg.config import TableConfig, spark_pool_name
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
@@ -33,6 +33,7 @@ from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWri
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
 from airflow_iceberg.table_list import TableList, load_table_list
+from airflow_iceberg.timetables.cron import cron_trigger
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
 #: The task that runs a gated run's rewrites, in one Spark application.
@@ -242,7 +243,7 @@ def compaction_schedule(config: TableConfig) -> Any:
     """
     health = config.health
     if not health.watching:
-        return config.schedule
+        return dag_schedule(config.schedule)
     from airflow_iceberg.triggers.table_health import TableHealthTrigger, health_asset
 
     trigger = TableHealthTrigger(
@@ -260,7 +261,20 @@ def compaction_schedule(config: TableConfig) -> Any:
     asset = health_asset(trigger)
     if config.schedule is None:
         return [asset]
-    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(config.schedule, timezone="UTC"), assets=asset)
+    # A custom timetable is one of Airflow's core Timetables, which the SDK's types do not name but take.
+    return AssetOrTimeSchedule(timetable=cron_trigger(config.schedule), assets=asset)  # type: ignore[arg-type]
+
+
+def dag_schedule(schedule: str | None) -> Any:
+    """A DAG's ``schedule`` for a table list's schedule: the timetable Airflow would make of it, with its cron shared.
+
+    A cron expression or preset becomes :class:`SharedCronTriggerTimetable` (Airflow's ``CronTriggerTimetable``,
+    which Airflow makes of a cron string by default, decoded once per process); anything else, and every schedule
+    where ``[scheduler] create_cron_data_intervals`` asks for Airflow's data-interval timetable, is passed on.
+    """
+    if schedule in (None, "@once", "@continuous") or conf.getboolean("scheduler", "create_cron_data_intervals"):
+        return schedule
+    return cron_trigger(schedule)
 
 
 def build_compaction_dag(config: TableConfig) -> DAG:
@@ -294,7 +308,7 @@ def build_full_rewrite_dag(config: TableConfig) -> DAG:
         full_rewrite_dag_id(config.table),
         config,
         description=f"Daily full rewrite of {config.table}",
-        schedule=full.schedule,
+        schedule=dag_schedule(full.schedule),
         start_date=pendulum.datetime(full.start_date.year, full.start_date.month, full.start_date.day, tz="UTC"),
         catchup=full.catchup,
         doc_md=docs.full_rewrite_dag(config, where),

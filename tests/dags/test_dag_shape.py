@@ -134,7 +134,7 @@ def test_table_settings_reach_the_tasks():
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
     assert rewrite.write_gate_conn_id == "gate_prod"
-    assert dag.schedule.timetable.expression == "0 * * * *"  # @hourly, with the health watch by default
+    assert dag.schedule.timetable.summary == "0 * * * *"  # @hourly, with the health watch by default
 
 
 def test_the_table_name_is_parsed_once_and_every_task_holds_that_value():
@@ -195,7 +195,7 @@ def test_full_rewrite_dag_rewrites_everything_of_the_days_partitions_behind_the_
     assert dag.get_task("rewrite_manifests").upstream_task_ids == {"open_gate", "rewrite_files"}
     assert dag.get_task("remove_orphan_files").upstream_task_ids == {"expire_snapshots"}
     assert dag.get_task("open_gate").is_teardown and dag.max_active_runs == 1
-    assert dag.schedule == "@daily" and dag.catchup is True
+    assert dag.timetable.summary == "0 0 * * *" and dag.catchup is True  # @daily
     everything = {"rewrite-all": True, "max-concurrent-file-group-rewrites": 200}
     assert dag.get_task("rewrite_files").options == {
         "rewrite_data_files": {**everything, "remove-dangling-deletes": True},  # then drops what applies to nothing
@@ -269,22 +269,51 @@ def test_by_default_the_compaction_dag_runs_on_its_tables_health_watch():
 
 def test_a_cron_schedule_with_the_watch_is_a_safety_net_either_starts_a_run():
     dag = make_dag(schedule="@daily", health={"poll_interval": 30, "cooldown_minutes": 2, "min_small_files": 5})
-    assert dag.schedule.timetable.expression == "0 0 * * *"  # @daily
+    assert dag.schedule.timetable.summary == "0 0 * * *"  # @daily
     (watcher,) = dag.schedule.asset_condition.watchers
     assert (watcher.trigger.poll_interval, watcher.trigger.cooldown_minutes) == (30.0, 2.0)
     assert watcher.trigger.thresholds.min_small_files == 5
 
 
 def test_without_the_watch_the_schedule_is_the_cron_alone():
-    assert make_dag(schedule="@hourly", health={"watch": False}).schedule == "@hourly"
+    assert make_dag(schedule="@hourly", health={"watch": False}).timetable.summary == "0 * * * *"
     assert make_dag(health={"watch": False}).schedule is None
-    assert make_dag(schedule="@hourly", health={"enabled": False}).schedule == "@hourly"
+    assert make_dag(schedule="@hourly", health={"enabled": False}).timetable.summary == "0 * * * *"
 
 
 def test_the_full_rewrite_keeps_its_cron():
-    assert make_full_rewrite_dag().schedule == "@daily"
+    assert make_full_rewrite_dag().timetable.summary == "0 0 * * *"  # @daily
 
 
 def test_a_once_schedule_cannot_go_with_the_watch_and_the_error_says_what_to_do():
     with pytest.raises(ValidationError, match="cannot go with the health watch.*health.watch: false"):
         TableConfig.model_validate({"table": "lake.db.t", "schedule": "@once"})
+
+
+def test_both_dags_crons_are_the_shared_timetable_through_airflows_serialization():
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from airflow_iceberg.timetables.cron import SharedCronTriggerTimetable
+
+    settings = {"schedule": "@daily", "full_rewrite": {"schedule": "0 3 * * *"}}
+    stored = {}
+    for name, table in (("one", "lake.sales.orders"), ("two", "lake.sales.items")):
+        config = TableConfig.model_validate({"table": table, **settings})
+        compaction, full = build_compaction_dag(config), build_full_rewrite_dag(config)
+        stored[name] = [DagSerialization.from_dict(DagSerialization.to_dict(dag)) for dag in (compaction, full)]
+    (compaction, full), (other_compaction, other_full) = stored["one"], stored["two"]
+    assert isinstance(full.timetable, SharedCronTriggerTimetable)
+    assert full.timetable.summary == "0 3 * * *"
+    assert full.timetable is other_full.timetable  # one instance per schedule, not per DAG
+    watch_cron = compaction.timetable.timetable  # the health watch's safety-net cron, inside AssetOrTimeSchedule
+    assert isinstance(watch_cron, SharedCronTriggerTimetable)
+    assert watch_cron is other_compaction.timetable.timetable
+    assert watch_cron.summary == "0 0 * * *"
+
+
+def test_with_cron_data_intervals_asked_for_airflow_makes_its_own_timetable_of_the_cron(monkeypatch):
+    from airflow.sdk.definitions.timetables.interval import CronDataIntervalTimetable
+
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__CREATE_CRON_DATA_INTERVALS", "True")
+    dag = make_full_rewrite_dag(full_rewrite={"schedule": "0 3 * * *"})
+    assert isinstance(dag.timetable, CronDataIntervalTimetable)

@@ -1,0 +1,1 @@
+"""Airflow timetables of the provider's DAGs (registered by :mod:`airflow_iceberg.plugins.timetables`)."""
