@@ -43,6 +43,10 @@ RENAMED_SETTINGS = {"poke_seconds": "poke_interval", "spark_pool_slots": "spark_
 #: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
 #: rewrite would leave a streaming upsert's equality deletes behind for ever, and health would keep counting them.
 DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
+#: Iceberg's own ``min-input-files`` of ``rewrite_data_files``: a group of fewer files is not rewritten (unless
+#: other rules pick it). A ``health.min_small_files`` below it would start runs that rewrite nothing, and start
+#: them again after each cool-down; such a table's rewrites get ``min-input-files`` = its ``min_small_files``.
+ICEBERG_MIN_INPUT_FILES = 5
 
 
 @functools.cache
@@ -359,11 +363,15 @@ class TableConfig(BaseModel):
 
     def options_for(self, procedure: str) -> dict[str, Any]:
         """The options ``procedure`` runs with in the compaction DAG: the table's own over the provider's
-        (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``, those the table's Iceberg takes)."""
+        (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``, and ``min-input-files`` where health's
+        ``min_small_files`` is below :data:`ICEBERG_MIN_INPUT_FILES`; those the table's Iceberg takes)."""
         own = getattr(self, procedure)
         if procedure != "rewrite_data_files":
             return dict(own)
-        return {**self.provider_options(procedure, DELETE_FOLDING_OPTIONS), **own}
+        provider = dict(DELETE_FOLDING_OPTIONS)
+        if self.health.enabled and self.health.min_small_files < ICEBERG_MIN_INPUT_FILES:
+            provider["min-input-files"] = self.health.min_small_files
+        return {**self.provider_options(procedure, provider), **own}
 
     def provider_options(self, procedure: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """Options this provider gives ``procedure`` on its own, without those the table's Iceberg lacks."""

@@ -317,3 +317,24 @@ def test_with_cron_data_intervals_asked_for_airflow_makes_its_own_timetable_of_t
     monkeypatch.setenv("AIRFLOW__SCHEDULER__CREATE_CRON_DATA_INTERVALS", "True")
     dag = make_full_rewrite_dag(full_rewrite={"schedule": "0 3 * * *"})
     assert isinstance(dag.timetable, CronDataIntervalTimetable)
+
+
+@pytest.mark.parametrize(
+    ("min_small_files", "own", "sent"),
+    [
+        (4, {}, 4),  # below Iceberg's 5: its rewrite would merge nothing the plan asked for, run after run
+        (1, {}, 1),
+        (5, {}, None),  # Iceberg's own default does it
+        (12, {}, None),
+        (3, {"min-input-files": 8}, 8),  # the table's own option wins
+    ],
+)
+def test_a_min_small_files_below_icebergs_min_input_files_is_sent_as_min_input_files(min_small_files, own, sent):
+    dag = make_dag(health={"min_small_files": min_small_files}, rewrite_data_files=own)
+    options = dag.get_task("rewrite_files").options["rewrite_data_files"]
+    assert options.get("min-input-files") == sent
+
+
+def test_without_health_planning_min_input_files_is_icebergs_own():
+    dag = make_dag(health={"enabled": False, "min_small_files": 2})
+    assert "min-input-files" not in dag.get_task("rewrite_files").options["rewrite_data_files"]
