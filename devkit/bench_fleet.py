@@ -356,6 +356,16 @@ def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting:
     return result
 
 
+def airflow_alone(work: Path, args: argparse.Namespace) -> float:
+    """Cores of the same live Airflow with an empty table list, under the fleet setting, in one window: what
+    Airflow itself costs on this machine, the floor under any fleet."""
+    with live_airflow(work / "airflow-alone", [], "no tables", args, settings=FLEET_SETTINGS) as air:
+        time.sleep(args.warm_up)
+        cpu, _, wall = window(air, args.window, "Airflow alone, no tables")
+    print(f"  Airflow alone, no tables: {cpu / wall:.3f} cores")
+    return cpu / wall
+
+
 def cron(work: Path, fleet: list[TableName], args: argparse.Namespace) -> tuple[float, float, int]:
     """(CPU s, wall s, runs finished) with ``--cron-tables`` tables on a one-minute cron, at Airflow's defaults."""
     with live_airflow(work / "cron", fleet, "cron", args) as airflow:
@@ -368,8 +378,10 @@ def cron(work: Path, fleet: list[TableName], args: argparse.Namespace) -> tuple[
     return cpu, wall, finished
 
 
-def report(count: int, parse: dict[str, Any], results: dict[str, Watch], args: argparse.Namespace) -> None:
-    """The figures of one fleet size."""
+def report(
+    count: int, parse: dict[str, Any], results: dict[str, Watch], args: argparse.Namespace, alone: float
+) -> None:
+    """The figures of one fleet size; ``alone``: the cores of Airflow with no tables (:func:`airflow_alone`)."""
     fleet_setting = results["fleet setting"]
     compaction, check = (parse["files"][name] for name in DAG_FILES)
     print()
@@ -393,6 +405,10 @@ def report(count: int, parse: dict[str, Any], results: dict[str, Watch], args: a
         print(
             f"  {setting}: idle {result.idle_cores:.3f} cores, watching {result.watch_cores:.3f} cores{hourly}; "
             f"DAG runs while every table is healthy: {result.idle_runs} idle, {result.watch_runs} watching"
+        )
+        print(
+            f"    above Airflow alone ({alone:.3f} cores with no tables): idle {result.idle_cores - alone:+.3f}, "
+            f"watching {result.watch_cores - alone:+.3f}"
         )
     for setting, result in results.items():
         sweep = result.steady_sweep
@@ -433,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     watches: dict[int, tuple[dict[str, Any], dict[str, Watch]]] = {}
     cron_figures = None
+    alone = airflow_alone(work, args)
     for count in sizes:
         fleet = tables(count)
         began = time.monotonic()
@@ -443,11 +460,14 @@ def main(argv: list[str] | None = None) -> int:
         watches[count] = parse, results
         if cron_figures is None and count >= args.cron_tables:
             cron_figures = count, *cron(work, fleet, args)
-        report(count, parse, results, args)
+        report(count, parse, results, args, alone)
     shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print(f"By fleet size ({os.cpu_count()} cores; cores of the whole tree, idle / watching):")
+    print(
+        f"By fleet size ({os.cpu_count()} cores; cores of the whole tree, idle / watching; Airflow alone, no "
+        f"tables: {alone:.3f}):"
+    )
     print(
         "| tables | parse + serialise, s | defaults: idle / watching | fleet setting: idle / watching "
         "| hourly parse, CPU s | sweep, s | triggerer, MiB | page list, s |"
