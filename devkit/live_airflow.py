@@ -15,6 +15,7 @@ REST API as the UI's "Reparse" does. A 5 s interval kept the dag-processor at ha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -136,7 +137,8 @@ class LiveAirflow:
             if name.endswith("DAGBAG_IMPORT_TIMEOUT"):
                 del self.env[name]
         self.process: subprocess.Popen | None = None
-        self._triggerer: subprocess.Popen | None = None
+        self._restarted: dict[str, subprocess.Popen] = {}  # the components restart() started
+        self._orphans: list[Any] = []  # processes of a component restart() killed, left without it
         self._tokens: dict[str, str] = {}
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
@@ -200,25 +202,39 @@ class LiveAirflow:
     def restart_triggerer(self) -> int:
         """SIGKILL the running triggerer (and its trigger runner), as a crash would, and start another in its place.
 
+        Returns the pid that was killed. See :meth:`restart`.
+        """
+        return self.restart("triggerer")
+
+    def restart(self, component: str) -> int:
+        """SIGKILL the running ``component`` (``triggerer`` or ``scheduler``), as a crash would, and start another.
+
+        The triggerer goes with its trigger runner. The scheduler goes alone: the task processes its executor
+        started go on, as they do when a scheduler process dies, and report to the api-server as before.
         ``airflow standalone`` does not restart a component that died, so the new one runs beside it, with the same
-        environment, until :meth:`stop`. Returns the pid that was killed.
+        environment and logging to ``<component>.log``, until :meth:`stop`. Returns the pid that was killed.
         """
         import psutil
 
-        assert self.process is not None
-        triggerers = [
-            p
-            for p in psutil.Process(self.process.pid).children(recursive=True)
-            if "triggerer" in " ".join(p.cmdline()[:3])
-        ]
-        main = next(p for p in triggerers if p.parent() is None or p.parent().pid not in {t.pid for t in triggerers})
-        for process in [main, *main.children(recursive=True)]:
+        assert self.process is not None and component in ("triggerer", "scheduler"), component
+        tree = psutil.Process(self.process.pid).children(recursive=True)
+        if component in self._restarted:
+            tree.extend(psutil.Process(self._restarted[component].pid).children(recursive=True))
+            tree.append(psutil.Process(self._restarted[component].pid))
+        # The topmost process that names the component (a process that set its title has it in cmdline()[0]).
+        ours = [p for p in tree if component in " ".join(_cmdline(p)[:3])]
+        main = next(p for p in ours if p.parent() is None or p.parent().pid not in {o.pid for o in ours})
+        killed = [main, *main.children(recursive=True)] if component == "triggerer" else [main]
+        # What the killed scheduler started goes on without it (its executor's workers wait on a queue whose
+        # other end is gone, under the scheduler's own SIGTERM handler): :meth:`stop` ends them with SIGKILL.
+        self._orphans.extend(set(main.children(recursive=True)) - set(killed))
+        for process in killed:
             process.kill()
         psutil.wait_procs([main], timeout=30)
-        self._triggerer = subprocess.Popen(
-            [AIRFLOW, "triggerer"],
+        self._restarted[component] = subprocess.Popen(
+            [AIRFLOW, component],
             env=self.env,
-            stdout=(self.home / "triggerer.log").open("a"),
+            stdout=(self.home / f"{component}.log").open("a"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
@@ -231,18 +247,22 @@ class LiveAirflow:
             return False
 
     def stop(self) -> None:
-        if self._triggerer is not None:  # one restart_triggerer() started
-            os.killpg(self._triggerer.pid, signal.SIGTERM)
+        for restarted in self._restarted.values():
+            os.killpg(restarted.pid, signal.SIGTERM)
             try:
-                self._triggerer.wait(60)
+                restarted.wait(60)
             except subprocess.TimeoutExpired:
-                os.killpg(self._triggerer.pid, signal.SIGKILL)
-                self._triggerer.wait(30)
-            self._triggerer = None
+                os.killpg(restarted.pid, signal.SIGKILL)
+                restarted.wait(30)
+        self._restarted.clear()
         if self.process is None:
             return
         group = self.process.pid
         os.killpg(group, signal.SIGTERM)
+        for orphan in self._orphans:
+            with contextlib.suppress(Exception):
+                orphan.kill()
+        self._orphans.clear()
         # Reap standalone itself first: until it is waited for, it stays in its group as a zombie, and the group
         # would look alive for as long as any deadline allows.
         try:
@@ -255,8 +275,9 @@ class LiveAirflow:
         deadline = time.monotonic() + 30
         while _group_alive(group):
             if time.monotonic() > deadline:
+                left = [" ".join(_cmdline(p))[:80] for p in _group_members(group)]
                 os.killpg(group, signal.SIGKILL)
-                raise AssertionError(f"processes of airflow standalone's group {group} outlived it by 30 s")
+                raise AssertionError(f"processes of airflow standalone's group {group} outlived it by 30 s: {left}")
             time.sleep(0.2)
 
     def wait_for(self, what: str, condition: Callable[[], Any], timeout: float, every: float = 1) -> Any:
@@ -345,9 +366,9 @@ class LiveAirflow:
         return {ti["task_id"]: ti["state"] for ti in response.json()["task_instances"]}
 
     def log_text(self) -> str:
-        """What its components logged: ``standalone``'s output, then that of a triggerer :meth:`restart_triggerer`
+        """What its components logged: ``standalone``'s output, then that of the components :meth:`restart`
         started."""
-        logs = [self.home / name for name in ("standalone.log", "triggerer.log")]
+        logs = [self.home / name for name in ("standalone.log", "triggerer.log", "scheduler.log")]
         return "".join(log.read_text(errors="replace") for log in logs if log.exists())
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
@@ -357,6 +378,28 @@ class LiveAirflow:
         return "\n".join(
             json.dumps(item) if isinstance(item, dict) else str(item) for item in response.json()["content"]
         )
+
+
+def _cmdline(process: Any) -> list[str]:
+    """The process's command line; empty for one that exited, or a zombie not yet reaped."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _group_members(group: int) -> list[Any]:
+    """The live processes of a process group."""
+    import psutil
+
+    members = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE:
+                members.append(process)
+    return members
 
 
 def _group_alive(group: int) -> bool:

@@ -1,24 +1,35 @@
-"""A fleet's bad day on a live Airflow with real tables: the gate's MySQL down, then the catalog's database down.
+"""A fleet's bad day on a live Airflow with real tables: the gate's MySQL down, the catalog's database down, and a
+burst of tables needing work at once with the triggerer and the scheduler killed in the middle of it.
 
 Each outage lasts two minutes, during the health watch's sweeps, on a MariaDB server of the test's own
 (:class:`~devkit.private_mariadb.PrivateMariaDB`), so that the machine's MariaDB, which everything else uses, stays
 up. The triggerer survives it, every table is checked again after it, and each table that needed work when it
-began gets exactly one run, which compacts it. Each test prints its figures.
+began gets exactly one run, which compacts it. The burst (``AIRFLOW_ICEBERG_BURST_TABLES`` tables, 200 by default,
+on ``spark_slots: 4``) never has more tables paused than slots, admits the worst first, and compacts each table
+in exactly one run, through a SIGKILL of the triggerer and of the scheduler. Each test prints its figures.
 
-``make bad-day`` runs these (about 15 minutes), not ``make test``; the docs name it (docs/operations.md).
+``make bad-day`` runs these (about an hour, most of it the burst), not ``make test``; the docs name it
+(docs/operations.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import threading
 import time
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.gate_state import database_time
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from devkit.live_airflow import AIRFLOW
 from devkit.private_mariadb import PrivateMariaDB
 from devkit.tables import TableStats
 from tests.integration.test_health_watch import MIN_SMALL_FILES, ROWS, append
@@ -233,3 +244,174 @@ def test_the_catalog_database_down_for_two_minutes(live_airflow, servers):
         f"checked again {first_check:.0f} s after; runs per table: {[len(runs(live_airflow, t)) for t in tables]} "
         f"(the first {NEEDING} needed work); same triggerer"
     )
+
+
+BURST = int(os.environ.get("AIRFLOW_ICEBERG_BURST_TABLES", "200"))
+BURST_SLOTS = 4
+BURST_SPARK = "spark_burst"
+
+
+class SlotQueueWatch(threading.Thread):
+    """Reads the burst's Spark slot queue every second: for each table its score, and each time it was seen
+    waiting, since when (``queued_at``) and until when it keeps its place (``expires_at``); and when it was
+    admitted. Times are the gate database's, in UTC."""
+
+    def __init__(self, gate_conn_id: str, spark_conn_id: str) -> None:
+        super().__init__(daemon=True)
+        self.hook, self.spark_conn_id = WriteGateHook(gate_conn_id), spark_conn_id
+        self.score: dict[str, int] = {}
+        self.waiting: dict[str, list[tuple[datetime, datetime]]] = {}
+        self.admitted: dict[str, datetime] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        connection = self.hook.get_conn()
+        try:
+            while not self.done.wait(1):
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT table_name, score, queued_at, expires_at, admitted_at FROM iceberg_spark_queue "
+                        "WHERE spark_conn_id = %s",
+                        (self.spark_conn_id,),
+                    )
+                    rows = cursor.fetchall()
+                connection.commit()  # a fresh snapshot at each read
+                for row in rows:
+                    table = row["table_name"]
+                    self.score[table] = int(row["score"])
+                    if row["admitted_at"] is None:
+                        seen = (database_time(row["queued_at"]), database_time(row["expires_at"]))
+                        self.waiting.setdefault(table, []).append(seen)
+                    else:
+                        self.admitted.setdefault(table, database_time(row["admitted_at"]))
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+
+    def passed_over(self, opened: dict[str, datetime]) -> list[str]:
+        """Each admission that the rule forbids: a table admitted while at least as many waiters ranked ahead of
+        it (a higher score, or the same score and queued earlier) as there were free slots.
+
+        A waiter counts only where a read showed it waiting from before the admission until after it (its place
+        kept past it); slots held are those of tables admitted before it whose gate had not opened yet.
+        """
+        wrong = []
+        for table, at in self.admitted.items():
+            rank = (-self.score[table], self._queued(table, at), table)
+            holders = [t for t, a in self.admitted.items() if a < at and opened.get(t, at) >= at and t != table]
+            ahead = [
+                other
+                for other, seen in self.waiting.items()
+                if other != table
+                and self.admitted.get(other, datetime.max.replace(tzinfo=at.tzinfo)) > at
+                and any(
+                    queued <= at < expires and (-self.score[other], queued, other) < rank for queued, expires in seen
+                )
+            ]
+            if len(ahead) >= BURST_SLOTS - len(holders):
+                wrong.append(f"{table} (score {self.score[table]}) at {at}: {len(holders)} held, ahead: {ahead}")
+        return wrong
+
+    def _queued(self, table: str, admitted: datetime) -> datetime:
+        queued = [q for q, _ in self.waiting.get(table, []) if q <= admitted]
+        return max(queued) if queued else admitted
+
+    def waits(self) -> dict[str, float]:
+        """Seconds from each admitted table's first request to its admission."""
+        return {
+            t: (at - min(q for q, _ in self.waiting[t])).total_seconds()
+            for t, at in self.admitted.items()
+            if t in self.waiting
+        }
+
+
+def paused_at_once(audit: list[dict]) -> int:
+    """The most gates closed at once, from the close and open rows of the gate's audit trail in time order."""
+    closed: set[str] = set()
+    most = 0
+    for row in sorted(audit, key=lambda r: r["at"]):
+        if row["action"] == "close":
+            closed.add(row["table_name"])
+        elif row["action"] in ("open", "force_open", "expire"):
+            closed.discard(row["table_name"])
+        most = max(most, len(closed))
+    return most
+
+
+def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler_killed(live_airflow):
+    """BURST tables need work at once on BURST_SLOTS Spark slots; a third of the way through, the triggerer and
+    the scheduler are SIGKILLed and restarted. Never more paused than slots, the worst first, each table compacted
+    in exactly one run, and the queue drains."""
+    live_airflow.cli(
+        "connections", "add", BURST_SPARK, "--conn-json", json.dumps({"conn_type": "spark", "host": "local[1]"})
+    )
+    namespace = f"burst_{int(time.time())}"
+    iceberg = IcebergHook("lake").catalog
+    iceberg.create_namespace(namespace)
+    tables = [TableName("lake", namespace, f"t{n:03d}") for n in range(BURST)]
+    appends = {str(t): MIN_SMALL_FILES + n % 5 for n, t in enumerate(tables)}  # 4 to 8 small files: scores differ
+    for table in tables:
+        created = iceberg.create_table(table.in_catalog, schema=ROWS.schema)
+        for _ in range(appends[str(table)]):
+            created.append(ROWS)
+    entries = []
+    for table in tables:
+        entry = watched(table, "write_gate_default", 5)
+        entry.update({"spark_conn_id": BURST_SPARK, "spark_slots": BURST_SLOTS, "gate_wait_seconds": 3 * 3600})
+        entries.append(entry)
+    queue = SlotQueueWatch("write_gate_default", BURST_SPARK)
+    queue.start()
+    began = time.monotonic()
+    live_airflow.add_tables(*entries, timeout=900)
+    # The Spark connection's pool, of spark_slots slots, as a deployment makes it (docs/fleets.md).
+    pools = subprocess.run(
+        [str(Path(AIRFLOW).with_name("airflow-iceberg")), "pools"],
+        env=live_airflow.env,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    assert pools.returncode == 0 and f"{BURST_SLOTS} slots" in pools.stdout, pools.stdout + pools.stderr
+
+    def finished() -> list[str]:
+        return [state for t in tables for _, state in runs(live_airflow, t) if state in ("success", "failed")]
+
+    live_airflow.wait_for("a third of the runs finished", lambda: len(finished()) >= BURST // 3, 3 * 3600, every=5)
+    killed_at = time.monotonic() - began
+    live_airflow.restart("triggerer")
+    live_airflow.restart("scheduler")
+    live_airflow.wait_for("every table's run finished", lambda: len(finished()) >= BURST, 3 * 3600, every=5)
+    took = time.monotonic() - began
+    queue.stop()
+
+    hook = WriteGateHook("write_gate_default")
+    audit = [{**row, "table_name": str(t)} for t in tables for row in hook.audit_trail(t)]
+    opened = {}
+    for row in sorted(audit, key=lambda r: r["at"]):
+        if row["action"] == "open":
+            opened[row["table_name"]] = row["at"]
+    per_table = {str(t): [state for _, state in runs(live_airflow, t)] for t in tables}
+    waits = queue.waits()
+    last = max(queue.admitted, key=queue.admitted.get)
+    closes = sorted((r["at"], r["table_name"]) for r in audit if r["action"] == "close")
+    pauses = sorted((opened[name] - at).total_seconds() for at, name in closes if name in opened)
+    print(
+        f"\nburst of {BURST} tables on {BURST_SLOTS} Spark slots, the triggerer and the scheduler SIGKILLed at "
+        f"{killed_at:.0f} s: all done in {took:.0f} s; runs per table: "
+        f"{sorted({len(r) for r in per_table.values()})}, states: "
+        f"{sorted({s for r in per_table.values() for s in r})}; at most {paused_at_once(audit)} paused at once; "
+        f"small files of the first 20 tables admitted: {[appends[n] for _, n in closes[:20]]}; the last admitted "
+        f"({last}) waited {waits.get(last, 0):.0f} s, the longest wait {max(waits.values()):.0f} s; each table "
+        f"paused {pauses[len(pauses) // 2]:.0f} s (median), {pauses[-1]:.0f} s at most"
+    )
+    assert per_table == {str(t): ["success"] for t in tables}  # one run each: no duplicate, none forgotten
+    assert paused_at_once(audit) <= BURST_SLOTS
+    assert queue.passed_over(opened) == []
+    assert sorted(queue.admitted) == sorted(per_table)  # each admitted, through the queue
+    assert hook.spark_slot_queue(BURST_SPARK) == []  # the queue drained
+    assert {t: s.state for t, s in hook.gate_states().items() if t in per_table and s.state != "open"} == {}
+    stats = [TableStats.read("lake", t) for t in tables]
+    assert [(s.data_files, s.rows) for s in stats] == [(1, 3 * appends[str(t)]) for t in tables]
