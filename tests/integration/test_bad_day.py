@@ -341,6 +341,7 @@ def paused_at_once(audit: list[dict]) -> int:
     return most
 
 
+@pytest.mark.timeout(4 * 3600)  # 200 tables on 4 local Spark slots of 2 cores: about 1.8 runs a minute
 def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler_killed(live_airflow):
     """BURST tables need work at once on BURST_SLOTS Spark slots; a third of the way through, the triggerer and
     the scheduler are SIGKILLed and restarted. Never more paused than slots, the worst first, each table compacted
