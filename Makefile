@@ -13,7 +13,7 @@
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
 # make bad-day  a watched fleet's bad day on a live Airflow: the gate's MySQL, then the catalog's database, down
 #             for two minutes during the health watch's sweeps; then 200 tables needing work at once on 4 Spark
-#             slots, the triggerer and the scheduler SIGKILLed in the middle (about an hour and a half)
+#             slots, the triggerer and the scheduler SIGKILLed in the middle (about two and a half hours)
 # make unit   the fast tests only (no servers), Java and Python
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
 #             the docs site with --strict into build/site (make site: the build alone, which make test runs)

@@ -8,7 +8,7 @@ began gets exactly one run, which compacts it. The burst (``AIRFLOW_ICEBERG_BURS
 on ``spark_slots: 4``) never has more tables paused than slots, admits the worst first, and compacts each table
 in exactly one run, through a SIGKILL of the triggerer and of the scheduler. Each test prints its figures.
 
-``make bad-day`` runs these (about an hour, most of it the burst), not ``make test``; the docs name it
+``make bad-day`` runs these (about two and a half hours, most of it the burst), not ``make test``; the docs name it
 (docs/operations.md).
 """
 
