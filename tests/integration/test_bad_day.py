@@ -19,13 +19,14 @@ import os
 import subprocess
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.gate_state import database_time
+from airflow_iceberg.core.spark_slots import SparkSlotClaim, claim_order
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
@@ -252,16 +253,15 @@ BURST_SPARK = "spark_burst"
 
 
 class SlotQueueWatch(threading.Thread):
-    """Reads the burst's Spark slot queue every second: for each table its score, and each time it was seen
-    waiting, since when (``queued_at``) and until when it keeps its place (``expires_at``); and when it was
-    admitted. Times are the gate database's, in UTC."""
+    """Reads the burst's Spark slot queue every second: each time a table was seen waiting, its claim (score,
+    since when it asked) and until when it keeps its place (``expires_at``); and each table's claim as admitted,
+    with when. Times are the gate database's, in UTC."""
 
     def __init__(self, gate_conn_id: str, spark_conn_id: str) -> None:
         super().__init__(daemon=True)
         self.hook, self.spark_conn_id = WriteGateHook(gate_conn_id), spark_conn_id
-        self.score: dict[str, int] = {}
-        self.waiting: dict[str, list[tuple[datetime, datetime]]] = {}
-        self.admitted: dict[str, datetime] = {}
+        self.waiting: dict[str, list[tuple[SparkSlotClaim, datetime]]] = {}
+        self.admitted: dict[str, tuple[datetime, SparkSlotClaim]] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -270,20 +270,18 @@ class SlotQueueWatch(threading.Thread):
             while not self.done.wait(1):
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        "SELECT table_name, score, queued_at, expires_at, admitted_at FROM iceberg_spark_queue "
-                        "WHERE spark_conn_id = %s",
+                        "SELECT table_name, owner_dag_id, owner_run_id, score, queued_at, expires_at, admitted_at, "
+                        "NOW(6) AS database_now, FALSE AS holds_gate FROM iceberg_spark_queue WHERE spark_conn_id = %s",
                         (self.spark_conn_id,),
                     )
                     rows = cursor.fetchall()
                 connection.commit()  # a fresh snapshot at each read
                 for row in rows:
-                    table = row["table_name"]
-                    self.score[table] = int(row["score"])
+                    claim = SparkSlotClaim.from_row(row)
                     if row["admitted_at"] is None:
-                        seen = (database_time(row["queued_at"]), database_time(row["expires_at"]))
-                        self.waiting.setdefault(table, []).append(seen)
+                        self.waiting.setdefault(claim.table, []).append((claim, database_time(row["expires_at"])))
                     else:
-                        self.admitted.setdefault(table, database_time(row["admitted_at"]))
+                        self.admitted.setdefault(claim.table, (database_time(row["admitted_at"]), claim))
         finally:
             connection.close()
 
@@ -293,37 +291,34 @@ class SlotQueueWatch(threading.Thread):
 
     def passed_over(self, opened: dict[str, datetime]) -> list[str]:
         """Each admission that the rule forbids: a table admitted while at least as many waiters ranked ahead of
-        it (a higher score, or the same score and queued earlier) as there were free slots.
+        it (:func:`claim_order`: a higher score, or the same score and queued earlier) as there were free slots.
 
         A waiter counts only where a read showed it waiting from before the admission until after it (its place
         kept past it); slots held are those of tables admitted before it whose gate had not opened yet.
         """
         wrong = []
-        for table, at in self.admitted.items():
-            rank = (-self.score[table], self._queued(table, at), table)
-            holders = [t for t, a in self.admitted.items() if a < at and opened.get(t, at) >= at and t != table]
+        never = datetime.max.replace(tzinfo=timezone.utc)
+        for table, (at, mine) in self.admitted.items():
+            holders = [t for t, (a, _) in self.admitted.items() if a < at and opened.get(t, at) >= at and t != table]
             ahead = [
                 other
                 for other, seen in self.waiting.items()
                 if other != table
-                and self.admitted.get(other, datetime.max.replace(tzinfo=at.tzinfo)) > at
+                and self.admitted.get(other, (never,))[0] > at
                 and any(
-                    queued <= at < expires and (-self.score[other], queued, other) < rank for queued, expires in seen
+                    claim.queued_at <= at < expires and claim_order(claim) < claim_order(mine)
+                    for claim, expires in seen
                 )
             ]
             if len(ahead) >= BURST_SLOTS - len(holders):
-                wrong.append(f"{table} (score {self.score[table]}) at {at}: {len(holders)} held, ahead: {ahead}")
+                wrong.append(f"{table} (score {mine.score}) at {at}: {len(holders)} held, ahead: {ahead}")
         return wrong
-
-    def _queued(self, table: str, admitted: datetime) -> datetime:
-        queued = [q for q, _ in self.waiting.get(table, []) if q <= admitted]
-        return max(queued) if queued else admitted
 
     def waits(self) -> dict[str, float]:
         """Seconds from each admitted table's first request to its admission."""
         return {
-            t: (at - min(q for q, _ in self.waiting[t])).total_seconds()
-            for t, at in self.admitted.items()
+            t: (at - min(claim.queued_at for claim, _ in self.waiting[t])).total_seconds()
+            for t, (at, _) in self.admitted.items()
             if t in self.waiting
         }
 
@@ -396,20 +391,21 @@ def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler
             opened[row["table_name"]] = row["at"]
     per_table = {str(t): [state for _, state in runs(live_airflow, t)] for t in tables}
     waits = queue.waits()
-    last = max(queue.admitted, key=queue.admitted.get)
+    last = max(queue.admitted, key=lambda t: queue.admitted[t][0])
     closes = sorted((r["at"], r["table_name"]) for r in audit if r["action"] == "close")
     pauses = sorted((opened[name] - at).total_seconds() for at, name in closes if name in opened)
+    most = paused_at_once(audit)
     print(
         f"\nburst of {BURST} tables on {BURST_SLOTS} Spark slots, the triggerer and the scheduler SIGKILLed at "
         f"{killed_at:.0f} s: all done in {took:.0f} s; runs per table: "
         f"{sorted({len(r) for r in per_table.values()})}, states: "
-        f"{sorted({s for r in per_table.values() for s in r})}; at most {paused_at_once(audit)} paused at once; "
+        f"{sorted({s for r in per_table.values() for s in r})}; at most {most} paused at once; "
         f"small files of the first 20 tables admitted: {[appends[n] for _, n in closes[:20]]}; the last admitted "
         f"({last}) waited {waits.get(last, 0):.0f} s, the longest wait {max(waits.values()):.0f} s; each table "
         f"paused {pauses[len(pauses) // 2]:.0f} s (median), {pauses[-1]:.0f} s at most"
     )
     assert per_table == {str(t): ["success"] for t in tables}  # one run each: no duplicate, none forgotten
-    assert paused_at_once(audit) <= BURST_SLOTS
+    assert most <= BURST_SLOTS
     assert queue.passed_over(opened) == []
     assert sorted(queue.admitted) == sorted(per_table)  # each admitted, through the queue
     assert hook.spark_slot_queue(BURST_SPARK) == []  # the queue drained
