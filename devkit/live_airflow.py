@@ -199,13 +199,6 @@ class LiveAirflow:
             by_component.setdefault(name, []).extend(processes)
         return by_component
 
-    def restart_triggerer(self) -> int:
-        """SIGKILL the running triggerer (and its trigger runner), as a crash would, and start another in its place.
-
-        Returns the pid that was killed. See :meth:`restart`.
-        """
-        return self.restart("triggerer")
-
     def restart(self, component: str) -> int:
         """SIGKILL the running ``component`` (``triggerer`` or ``scheduler``), as a crash would, and start another.
 
