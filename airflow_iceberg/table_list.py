@@ -19,6 +19,7 @@ from airflow.sdk import conf
 from pydantic import ValidationError
 
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.shards import TABLES_PER_DAG_FILE, dag_file_count
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.exceptions import IcebergConfigError
 
@@ -29,6 +30,10 @@ TABLE_LIST_FILE = "iceberg_tables.yaml"
 #: Top-level keys with this prefix are ignored, as extension fields are in Compose files: they hold blocks that
 #: entries reuse through YAML anchors.
 EXTENSION_PREFIX = "x-"
+
+#: The optional top-level key that caps how many tables' DAGs one compaction DAG file builds
+#: (:data:`~airflow_iceberg.core.shards.TABLES_PER_DAG_FILE` by default).
+TABLES_PER_DAG_FILE_KEY = "tables_per_dag_file"
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,54 @@ def load_table_list(path: Path | None = None, select: Callable[[TableName], bool
     With ``select``, only the entries whose table it accepts are validated and returned, with their errors: a
     task's process needs one table's settings, not the whole fleet's.
     """
+    return read_table_list(path).validate(select)
+
+
+@dataclass(frozen=True)
+class TableListDocument:
+    """The table list as read, before its entries are validated: what a DAG file needs to pick its tables."""
+
+    path: Path
+    defaults: Mapping[str, Any]
+    entries: list[Any]
+    tables_per_dag_file: int
+
+    @property
+    def dag_files(self) -> int:
+        """How many compaction DAG files the list's entries take (:mod:`airflow_iceberg.core.shards`)."""
+        return dag_file_count(len(self.entries), self.tables_per_dag_file)
+
+    def validate(self, select: Callable[[TableName], bool] | None = None) -> TableList:
+        """Validate each entry (only those whose table ``select`` accepts, with it), the defaults merged under it."""
+        tables: list[TableConfig] = []
+        errors: list[str] = []
+        seen: set[TableName] = set()
+        for index, entry in enumerate(self.entries):
+            label = f"{self.path.name}: tables[{index}]"
+            if not isinstance(entry, Mapping):
+                errors.append(f"{label}: expected a mapping with at least 'table', got {shown(entry)}")
+                continue
+            label += f" ({shown(entry.get('table', 'no table'), quoted=False)})"
+            if select is not None and not _selected(entry.get("table"), select):
+                continue
+            try:
+                config = TableConfig.model_validate(_merge(self.defaults, entry))
+            except ValidationError as error:
+                errors.append(f"{label}: {_describe(error)}")
+                continue
+            if config.table in seen:
+                errors.append(f"{label}: field 'table': {config.table} is listed more than once")
+                continue
+            seen.add(config.table)
+            tables.append(config)
+        return TableList(tables=tables, errors=errors)
+
+
+def read_table_list(path: Path | None = None) -> TableListDocument:
+    """Read the table list's document and check its top level; :class:`IcebergConfigError` naming what is wrong.
+
+    The entries are not validated here (:meth:`TableListDocument.validate`).
+    """
     path = path or config_path()
     try:
         document = yaml.load(path.read_text(), Loader=_YAML_LOADER) or {}
@@ -88,38 +141,22 @@ def load_table_list(path: Path | None = None, select: Callable[[TableName], bool
         raise IcebergConfigError(f"{path}: cannot read the table list: {error}") from None
     if not isinstance(document, Mapping) or not isinstance(document.get("tables"), list):
         raise IcebergConfigError(f"{path}: expected a mapping with a 'tables' list")
-    unknown = {key for key in document if not str(key).startswith(EXTENSION_PREFIX)} - {"defaults", "tables"}
+    known = {"defaults", "tables", TABLES_PER_DAG_FILE_KEY}
+    unknown = {key for key in document if not str(key).startswith(EXTENSION_PREFIX)} - known
     if unknown:
         raise IcebergConfigError(
-            f"{path}: unknown top-level keys {sorted(unknown)}; expected defaults, tables, and any "
-            f"{EXTENSION_PREFIX}* blocks for YAML anchors"
+            f"{path}: unknown top-level keys {sorted(unknown)}; expected defaults, tables, "
+            f"{TABLES_PER_DAG_FILE_KEY}, and any {EXTENSION_PREFIX}* blocks for YAML anchors"
         )
     defaults = document.get("defaults") or {}
     if not isinstance(defaults, Mapping):
         raise IcebergConfigError(f"{path}: 'defaults' must be a mapping")
-
-    tables: list[TableConfig] = []
-    errors: list[str] = []
-    seen: set[TableName] = set()
-    for index, entry in enumerate(document["tables"]):
-        label = f"{path.name}: tables[{index}]"
-        if not isinstance(entry, Mapping):
-            errors.append(f"{label}: expected a mapping with at least 'table', got {shown(entry)}")
-            continue
-        label += f" ({shown(entry.get('table', 'no table'), quoted=False)})"
-        if select is not None and not _selected(entry.get("table"), select):
-            continue
-        try:
-            config = TableConfig.model_validate(_merge(defaults, entry))
-        except ValidationError as error:
-            errors.append(f"{label}: {_describe(error)}")
-            continue
-        if config.table in seen:
-            errors.append(f"{label}: field 'table': {config.table} is listed more than once")
-            continue
-        seen.add(config.table)
-        tables.append(config)
-    return TableList(tables=tables, errors=errors)
+    per_file = document.get(TABLES_PER_DAG_FILE_KEY, TABLES_PER_DAG_FILE)
+    if isinstance(per_file, bool) or not isinstance(per_file, int) or per_file < 1:
+        raise IcebergConfigError(
+            f"{path}: {TABLES_PER_DAG_FILE_KEY} must be a whole number of at least 1, got {shown(per_file)}"
+        )
+    return TableListDocument(path, defaults, document["tables"], per_file)
 
 
 def _selected(table: Any, select: Callable[[TableName], bool]) -> bool:

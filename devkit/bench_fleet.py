@@ -45,14 +45,16 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.shards import dag_file_count
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_bundle import FLEET_PARSE_SECONDS, FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_files import write_dag_files
 from airflow_iceberg.table_list import load_table_list
 from devkit import bench_parse
 from devkit.bench_parse import FILES as DAG_FILES
-from devkit.live_airflow import COMPACTION_DAG_FILE, DAGS_FOLDER, LiveAirflow
+from devkit.live_airflow import DAGS_FOLDER, LiveAirflow
 from devkit.tables import TableStats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -307,12 +309,13 @@ def one_parse(airflow: LiveAirflow) -> float:
     idle_began, idle0 = time.monotonic(), airflow.cpu_by_component().get(dag_processor, 0.0)
     time.sleep(30)  # the dag-processor's own rate with nothing to parse: the baseline subtracted below
     idle_rate = (airflow.cpu_by_component().get(dag_processor, 0.0) - idle0) / (time.monotonic() - idle_began)
-    before = _last_parsed(airflow, COMPACTION_DAG_FILE)
+    compaction = [path.name for path in DAGS_FOLDER.glob("iceberg_compaction*.py")]  # with a long list, several
+    before = {name: _last_parsed(airflow, name) for name in compaction}
     processes = len(airflow.components()[dag_processor])  # with no parse under way
     began, cpu0 = time.monotonic(), airflow.cpu_by_component().get(dag_processor, 0.0)
-    for name in DAG_FILES:
+    for name in {*DAG_FILES, *compaction}:
         os.utime(DAGS_FOLDER / name)
-    airflow.wait_for("the parse", lambda: _last_parsed(airflow, COMPACTION_DAG_FILE) != before, 600)
+    airflow.wait_for("the parse", lambda: all(_last_parsed(airflow, name) != before[name] for name in compaction), 600)
     # Each file's parse is a process of the dag-processor's, reaped once its DAGs are stored: its CPU counts then.
     airflow.wait_for("the parses' processes to end", lambda: len(airflow.components()[dag_processor]) <= processes, 120)
     spent = airflow.cpu_by_component().get(dag_processor, 0.0) - cpu0
@@ -383,7 +386,7 @@ def report(
 ) -> None:
     """The figures of one fleet size; ``alone``: the cores of Airflow with no tables (:func:`airflow_alone`)."""
     fleet_setting = results["fleet setting"]
-    compaction, check = (parse["files"][name] for name in DAG_FILES)
+    compaction, check = bench_parse.summed(parse), parse["files"][DAG_FILES[1]]
     print()
     print(
         f"Fleet of {count:,} healthy tables, health polled every {args.poll_interval:.0f} s, windows of "
@@ -391,7 +394,8 @@ def report(
     )
     print(
         f"  one parse of the DAG files: {compaction['parse'] + check['parse']:.2f} s, and "
-        f"{compaction['serialize']:.2f} s serialising its {compaction['dags']:,} DAGs (bench_parse, a fresh "
+        f"{compaction['serialize']:.2f} s serialising its {compaction['dags']:,} DAGs, in {compaction['files']} "
+        f"compaction DAG file(s), the largest {compaction['largest_both']:.2f} s (bench_parse, a fresh "
         "process); under the fleet setting, measured in the dag-processor: "
         f"{fleet_setting.parse_cpu:.1f} CPU s, once an hour"
     )
@@ -456,11 +460,15 @@ def main(argv: list[str] | None = None) -> int:
         create_fleet(fleet)
         print(f"{len(fleet):,} Iceberg tables created in {CATALOG}.{NAMESPACE} ({time.monotonic() - began:.0f} s)")
         parse = bench_parse.measure(count, work)
+        # The further compaction DAG files a list of this size takes, as `airflow-iceberg dags` writes them: at
+        # Airflow's defaults nothing else would (under the fleet setting, the bundle would).
+        write_dag_files(DAGS_FOLDER, dag_file_count(count), remove_surplus=True)
         results = {setting: watch(work, fleet, args, setting) for setting in SETTINGS_UNDER_TEST}
         watches[count] = parse, results
         if cron_figures is None and count >= args.cron_tables:
             cron_figures = count, *cron(work, fleet, args)
         report(count, parse, results, args, alone)
+    write_dag_files(DAGS_FOLDER, 1, remove_surplus=True)  # the checkout's DAG folder as it was
     shutil.rmtree(work, ignore_errors=True)
 
     print()
@@ -474,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for count, (parse, results) in watches.items():
-        compaction, check = (parse["files"][name] for name in DAG_FILES)
+        compaction, check = bench_parse.summed(parse), parse["files"][DAG_FILES[1]]
         defaults, fleet_setting = results["defaults"], results["fleet setting"]
         sweep = fleet_setting.steady_sweep
         print(

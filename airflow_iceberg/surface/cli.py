@@ -13,7 +13,9 @@ that held the gate, its lease, and the reason.
 cluster at once. Run it where Airflow's metadata database is reachable, after changing the table list.
 
 ``airflow-iceberg dags DIR`` puts the provider's DAG files into the DAG folder DIR (again after an upgrade: they
-are the provider's), and the example table list ``iceberg_tables.yaml`` beside them unless DIR already has one.
+are the provider's), and the example table list ``iceberg_tables.yaml`` beside them unless DIR already has one. A
+table list of more than ``tables_per_dag_file`` tables takes further compaction DAG files (``iceberg_compaction_1.py``
+...): it writes those too, and removes those the list no longer takes.
 
 ``airflow-iceberg report [--table T] [--html DIR]`` prints, for each table of the table list, its gate (and who
 holds it, the lease left, the writers' acknowledgements), its health now from Iceberg metadata, and its last
@@ -72,6 +74,34 @@ def _dags(args: argparse.Namespace, out: TextIO) -> int:
     else:
         table_list.write_text(shipped.joinpath(EXAMPLE_TABLE_LIST).read_text())
         print(f"wrote {table_list}: an example; list your own tables in it", file=out)
+    from airflow_iceberg.table_list import CONFIG_ENV
+
+    return _more_dag_files(folder, Path(os.environ.get(CONFIG_ENV) or table_list), out)
+
+
+def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
+    """Write the further compaction DAG files that ``table_list`` takes, and remove those it no longer does."""
+    from airflow_iceberg.exceptions import IcebergConfigError
+    from airflow_iceberg.surface.dag_files import write_dag_files
+    from airflow_iceberg.table_list import read_table_list
+
+    try:
+        document = read_table_list(table_list)
+    except IcebergConfigError as error:
+        print(f"{error}: wrote no further compaction DAG files", file=sys.stderr)
+        return 2
+    written, removed = write_dag_files(folder, document.dag_files, remove_surplus=True)
+    for path in written:
+        print(f"wrote {path}", file=out)
+    for path in removed:
+        print(f"removed {path}: the table list no longer takes it", file=out)
+    if document.dag_files > 1:
+        print(
+            f"{table_list}'s {len(document.entries):,} tables take {document.dag_files} compaction DAG files "
+            f"of at most {document.tables_per_dag_file:,} tables; run this again when the list grows past a multiple "
+            "of that, or use the fleet setting's DAG bundle, which writes them itself",
+            file=out,
+        )
     return 0
 
 

@@ -17,7 +17,9 @@ paused; when the list is newer than a DAG file that reads it, or a DAG of such a
 sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
 finds nothing changed costs one ``stat`` and one query of the folder's DAGs (their files, pauses and last parses).
 A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
-DAGs (``_follow_removals``).
+DAGs (``_follow_removals``). When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh
+also writes the further compaction DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`); Airflow lists the
+folder's files right after a refresh, so it parses a new file within seconds.
 
 What it does not see: a change that lands while a parse of the same file is under way, which that parse may
 have read before the change. The file is not parsed again until the next change, pause or unpause, or the
@@ -37,12 +39,18 @@ from typing import Any
 from airflow.dag_processing.bundles.local import LocalDagBundle
 from airflow.sdk import conf
 
-from airflow_iceberg.table_list import config_path
+from airflow_iceberg.exceptions import IcebergConfigError
+from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, write_dag_files
+from airflow_iceberg.table_list import config_path, read_table_list
 
 log = logging.getLogger(__name__)
 
 #: What marks a DAG file that reads the table list: it imports one of these modules.
-READER_MARKERS = ("airflow_iceberg.surface.dag_factory", "airflow_iceberg.table_list")
+READER_MARKERS = (
+    "airflow_iceberg.surface.dag_factory",
+    "airflow_iceberg.surface.dag_files",
+    "airflow_iceberg.table_list",
+)
 
 #: How often the bundle looks at the table list, in seconds: with Airflow's check for due refreshes every 5 s
 #: (``[dag_processor] bundle_refresh_check_interval``), a change is seen within 15 s.
@@ -135,6 +143,33 @@ class TableListDagBundle(LocalDagBundle):
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
+        # After the touches: a new file is then the newest, and Airflow (file_parsing_sort_mode = modified_time)
+        # parses it first, so the DAGs of the tables it takes are stored there before iceberg_compaction.py drops
+        # them.
+        self._write_dag_files()
+
+    def _write_dag_files(self) -> None:
+        """Write the compaction DAG files that the table list takes beside each ``iceberg_compaction.py`` and that are
+        missing (:mod:`airflow_iceberg.surface.dag_files`): Airflow lists the folder's files right after this
+        refresh, so it parses a new file in the next seconds, and the moved tables' DAGs keep their file's place."""
+        try:
+            files = read_table_list(self.table_list).dag_files
+        except IcebergConfigError:  # the check DAG file reports the table list's own problems
+            return
+        for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
+            try:
+                written, _ = write_dag_files(compaction.parent, files)
+            except OSError as error:
+                log.warning(
+                    "Cannot write the compaction DAG files that the table list's tables take into %s (%s): %s "
+                    "builds their DAGs meanwhile",
+                    compaction.parent,
+                    error,
+                    compaction.name,
+                )
+                continue
+            if written:
+                log.info("The table list takes %d compaction DAG files: wrote %s", files, self._shown(written))
 
     def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.

@@ -6,6 +6,8 @@ it again before it starts. So:
 - tasks are built outside their DAG and then added to it (:func:`_add`). A task built inside a DAG gets a deep
   copy of the DAG's Params, which the task runner merges at run time anyway; at 1,000 tables those copies were
   most of the parse;
+- a table list of more than ``tables_per_dag_file`` tables is split across several DAG files, each parsed in a
+  process of its own (:mod:`airflow_iceberg.surface.dag_files`);
 - a task's process builds only its own DAG (:func:`build_compaction_dags` with ``dag_id``, from Airflow's
   parsing context), and validates only its own table's entry;
 - the Spark provider, pyiceberg and Kubernetes clients are imported by the tasks that use them, not here.
@@ -13,16 +15,19 @@ it again before it starts. So:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import asdict
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf
+from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf, get_parsing_context
 
 from airflow_iceberg.config import TableConfig, spark_pool_name
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
+from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
@@ -32,7 +37,8 @@ from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_par
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
-from airflow_iceberg.table_list import TableList, load_table_list
+from airflow_iceberg.surface.dag_files import files_built_by
+from airflow_iceberg.table_list import TableList, load_table_list, read_table_list
 from airflow_iceberg.timetables.cron import cron_trigger
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -369,16 +375,24 @@ _BUILDERS = ((compaction_dag_id, build_compaction_dag), (full_rewrite_dag_id, bu
 
 
 def build_compaction_dags(
-    table_list: TableList | None = None, *, dag_id: str | None = None
+    table_list: TableList | None = None, *, dag_id: str | None = None, dag_file: Path | None = None
 ) -> tuple[dict[str, DAG], list[str]]:
     """Both DAGs by id for every valid table, and the messages of entries that could not become a DAG.
 
-    With ``dag_id`` (a task's process passes Airflow's parsing context), only that DAG is built, and only its
-    table's entry is read: other entries' errors are not reported then.
+    With ``dag_id`` (a task's process passes Airflow's parsing context), only that DAG is built, whichever DAG file
+    asks, and only its table's entry is read: other entries' errors are not reported then. With ``dag_file`` (and
+    no ``dag_id``), only the tables of that compaction DAG file (:func:`~airflow_iceberg.surface.dag_files.
+    files_built_by`) are built, and only their entries' errors are reported.
     """
     if table_list is None:
-        select = None if dag_id is None else (lambda t: dag_id in (compaction_dag_id(t), full_rewrite_dag_id(t)))
-        table_list = load_table_list(select=select)
+        if dag_id is not None:
+            select = lambda t: dag_id in (compaction_dag_id(t), full_rewrite_dag_id(t))  # noqa: E731
+            table_list = load_table_list(select=select)
+        else:
+            document = read_table_list()
+            files = document.dag_files
+            built = None if dag_file is None else files_built_by(dag_file, files)
+            table_list = document.validate(None if built is None else (lambda t: dag_file_of(str(t), files) in built))
     dags: dict[str, DAG] = {}
     errors = list(table_list.errors)
     for config in table_list.tables:
@@ -392,3 +406,15 @@ def build_compaction_dags(
                 continue
             dags[dag.dag_id] = dag
     return dags, errors
+
+
+def compaction_dag_file(path: str) -> dict[str, DAG]:
+    """The DAGs that the compaction DAG file at ``path`` (its ``__file__``) defines, by id; a warning for each
+    entry of its tables that could not become a DAG.
+
+    In a task's process, Airflow's parsing context names the one DAG it needs, and only that DAG is built.
+    """
+    dags, errors = build_compaction_dags(dag_id=get_parsing_context().dag_id, dag_file=Path(path))
+    for error in errors:
+        warnings.warn(f"no compaction DAG for {error}", stacklevel=2)
+    return dags

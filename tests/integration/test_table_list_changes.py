@@ -16,11 +16,15 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
+from airflow_iceberg.surface.dag_files import dag_file_name
+from airflow_iceberg.table_list import TABLES_PER_DAG_FILE_KEY
 from airflow_iceberg.triggers.table_health import health_asset_name
+from devkit.live_airflow import DAGS_FOLDER
 
 #: What the issue allows from the write of the table list to the change having taken effect.
 TAKES_EFFECT_SECONDS = 60
@@ -69,7 +73,11 @@ def test_a_table_list_change_takes_effect_within_a_minute(unique_name, live_airf
     # The bundle made it so, not the hourly parse (FLEET_PARSE_SECONDS) and not a parse someone asked for.
     assert _announcements(live_airflow) == announced + 1, "the bundle did not say it saw the table list change"
 
-    dag_id = compaction_dag_id(added)
+    _a_dry_run_succeeds(live_airflow, compaction_dag_id(added))
+
+
+def _a_dry_run_succeeds(live_airflow, dag_id: str) -> None:
+    """Trigger a dry run of the DAG through the REST API, as the UI does, and hold that it plans and succeeds."""
     response = live_airflow.api(
         "POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {"dry_run": True}}
     )
@@ -142,3 +150,78 @@ def test_a_paused_table_stops_being_watched_and_an_unpaused_one_starts_within_a_
     )
     print(f"unpaused: checked again {time.monotonic() - unpaused_at:.1f} s after (goal: {TAKES_EFFECT_SECONDS} s)")
     assert _watchers(live_airflow, table) == 1
+
+
+def _files_of_dags(live_airflow) -> dict[str, tuple[str, bool]]:
+    """Each compaction DAG's file (relative to the DAG folder) and whether Airflow holds it stale."""
+    rows = live_airflow.query(
+        "SELECT dag_id, relative_fileloc, is_stale FROM dag WHERE relative_fileloc LIKE %s", "iceberg_compaction%"
+    )
+    return {dag_id: (fileloc, stale) for dag_id, fileloc, stale in rows}
+
+
+def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_and_no_dag_goes_stale(
+    unique_name, live_airflow
+):
+    """Under the fleet setting, a table added to the list makes it take two compaction DAG files: the bundle writes
+    the new one, Airflow parses it, and each table's DAGs are in the file its name's hash picks, within 60 s of the
+    write; none of the DAGs that moved is ever deactivated on the way, and the new file's DAGs run."""
+    original = live_airflow.table_list.read_text()
+    document = yaml.safe_load(original)
+    names = [entry["table"] for entry in document["tables"]]
+    live_airflow.wait_for(  # the live Airflow's first parse of its table list, if this test comes first
+        "every table's DAGs",
+        lambda: all(live_airflow.dag_parsed(compaction_dag_id(TableName.parse(n))) for n in names),
+        600,
+    )
+    before = _files_of_dags(live_airflow)
+    assert {fileloc for fileloc, stale in before.values() if not stale} == {"iceberg_compaction.py"}
+    # A real table, whose name's hash puts it in the new file: its DAG runs from there.
+    added = next(
+        name for name in (f"lake.table_list.{unique_name}_{n}" for n in range(100)) if dag_file_of(name, 2) == 1
+    )
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+    catalog = IcebergHook("lake").catalog
+    catalog.create_namespace_if_not_exists("table_list")
+    catalog.create_table(TableName.parse(added).in_catalog, schema=rows.schema).append(rows)
+    moving = {n for n in names if dag_file_of(n, 2) == 1}
+    assert moving and len(moving) < len(names), "the list's names must spread over both files"
+    expected = {
+        dag_id: dag_file_name(dag_file_of(name, 2))
+        for name in [*names, added]
+        for dag_id in _dags_of(TableName.parse(name))
+    }
+    new_file = DAGS_FOLDER / dag_file_name(1)
+    assert not new_file.exists()
+    went_stale: set[str] = set()
+    try:
+        document[TABLES_PER_DAG_FILE_KEY] = len(names)  # the added table makes two files
+        document["tables"].append({"table": added, "full_rewrite": {"schedule": None}})
+        live_airflow.table_list.write_text(yaml.safe_dump(document))
+        written = time.monotonic()
+
+        def split() -> bool:
+            now = _files_of_dags(live_airflow)
+            went_stale.update(dag_id for dag_id in before if dag_id in expected and now[dag_id][1])
+            return all(now.get(dag_id) == (fileloc, False) for dag_id, fileloc in expected.items())
+
+        live_airflow.wait_for("each DAG in the file its table's hash picks", split, TAKES_EFFECT_SECONDS, every=0.5)
+        print(
+            f"{len(moving)} of {len(names)} tables moved to {new_file.name}, and one was added there, "
+            f"{time.monotonic() - written:.1f} s after the write (goal: {TAKES_EFFECT_SECONDS} s)"
+        )
+        assert went_stale == set(), f"DAGs deactivated on the way: {sorted(went_stale)}"
+
+        _a_dry_run_succeeds(live_airflow, compaction_dag_id(TableName.parse(added)))
+    finally:  # the other tests' live Airflow: one file again, as it was
+        live_airflow.table_list.write_text(original)
+        live_airflow.wait_for(
+            "every DAG back in iceberg_compaction.py",
+            lambda: all(
+                _files_of_dags(live_airflow).get(dag_id, ("", False))[0] == "iceberg_compaction.py"
+                for name in names
+                for dag_id in _dags_of(TableName.parse(name))
+            ),
+            TAKES_EFFECT_SECONDS,
+        )
+        new_file.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.table_list import config_path, load_table_list
+from airflow_iceberg.table_list import config_path, load_table_list, read_table_list
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -157,3 +157,15 @@ def test_a_renamed_setting_is_named_with_its_new_name(tmp_path, entry, old, new)
     tables = load_table_list(write(tmp_path, f"tables: [{{table: lake.db.a, {entry}}}, {{table: lake.db.b}}]"))
     assert [str(t.table) for t in tables.tables] == ["lake.db.b"]  # the other table is unaffected
     assert f"setting {old!r} is now called {new!r}" in tables.errors[0]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "ten", "true", "2.5"])
+def test_a_tables_per_dag_file_that_is_not_a_whole_number_of_at_least_one_is_refused_naming_it(tmp_path, value):
+    with pytest.raises(IcebergConfigError, match=r"tables_per_dag_file must be a whole number of at least 1, got"):
+        read_table_list(write(tmp_path, f"tables_per_dag_file: {value}\ntables: [{{table: lake.db.a}}]"))
+
+
+def test_a_list_takes_one_dag_file_per_started_tables_per_dag_file(tmp_path):
+    listed = ", ".join(f"{{table: lake.db.t{n}}}" for n in range(7))
+    assert read_table_list(write(tmp_path, f"tables: [{listed}]")).dag_files == 1
+    assert read_table_list(write(tmp_path, f"tables_per_dag_file: 3\ntables: [{listed}]")).dag_files == 3

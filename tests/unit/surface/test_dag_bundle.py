@@ -19,6 +19,7 @@ from airflow.dag_processing.bundles.manager import DagBundlesManager
 from airflow_iceberg.surface import dag_bundle
 from airflow_iceberg.surface.cli import DAG_FILES
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, DagRow, TableListDagBundle
+from airflow_iceberg.surface.dag_files import dag_file_name, dag_file_text
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"
 HOUR_AGO = 3600 * 10**9
@@ -119,6 +120,41 @@ def test_a_dag_file_that_cannot_be_touched_is_logged_and_skipped(folder: Path, m
         bundle.refresh()  # no exception into the dag-processor's refresh
     assert "Cannot mark" in caplog.text and "iceberg_compaction.py" in caplog.text
     assert "min_file_process_interval" in caplog.text
+
+
+def test_a_list_grown_past_a_files_worth_of_tables_gets_its_further_dag_files_written(folder: Path, caplog):
+    bundle = _bundle(folder)
+    listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in range(5))
+    (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
+    with caplog.at_level(logging.INFO, logger=dag_bundle.__name__):
+        bundle.refresh()
+    for index in (1, 2):
+        assert (folder / dag_file_name(index)).read_text() == dag_file_text(index)
+    assert not (folder / dag_file_name(3)).exists()
+    assert "The table list takes 3 compaction DAG files: wrote iceberg_compaction_1.py, iceberg_compaction_2.py" in (
+        caplog.text
+    )
+    before = _mtimes(folder)
+    bundle.refresh()  # written once: newer than the list, and not touched again
+    assert _mtimes(folder) == before
+
+
+def test_a_folder_the_bundle_cannot_write_is_logged_and_the_dag_files_still_marked(folder: Path, monkeypatch, caplog):
+    bundle = _bundle(folder)
+    before = _mtimes(folder)
+    listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in range(3))
+    (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Read-only file system")
+
+    monkeypatch.setattr(dag_bundle, "write_dag_files", read_only)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert f"Cannot write the compaction DAG files that the table list's tables take into {folder}" in caplog.text
+    assert "iceberg_compaction.py builds their DAGs meanwhile" in caplog.text
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > before[name]} == set(DAG_FILES)
 
 
 def test_no_table_list_is_no_error(tmp_path: Path):
