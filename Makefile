@@ -6,7 +6,7 @@
 #             tasks on a live Airflow against a bare spark-submit of the same CALLs; then health planning: the
 #             health check on 10,000 files, a skipped run, rewrite throughput, a full scan before / after; then a
 #             CDC table from Kafka and Flink's upsert sink (500 equality-delete files): full scan before / after
-# make bench-parse  what parsing the DAG files costs with 1, 100 and 1,000 tables
+# make bench-parse  what parsing the DAG files costs with 1, 100, 1,000 and 5,000 tables (5 DAG files at 5,000)
 # make bench-fleet  1,000 healthy tables on a live Airflow, idle and watched, at Airflow's defaults and under the
 #             fleet setting: runs, cores, sweeps; one run for each table a writer makes need work; cron mode for
 #             reference (about an hour; BENCH_ARGS=--tables 100,1000 for more sizes)
