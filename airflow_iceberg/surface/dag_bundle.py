@@ -40,7 +40,7 @@ from airflow.dag_processing.bundles.local import LocalDagBundle
 from airflow.sdk import conf
 
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, write_dag_files
+from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, builds_its_share, write_dag_files
 from airflow_iceberg.table_list import config_path, read_table_list
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,14 @@ class TableListDagBundle(LocalDagBundle):
         except IcebergConfigError:  # the check DAG file reports the table list's own problems
             return
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
+            if files > 1 and not builds_its_share(compaction):
+                log.warning(
+                    "%s builds every table's DAGs (an older provider's file): wrote no further compaction DAG "
+                    "files beside it, which would build them twice. Run `airflow-iceberg dags %s`",
+                    compaction,
+                    compaction.parent,
+                )
+                continue
             try:
                 written, _ = write_dag_files(compaction.parent, files)
             except OSError as error:

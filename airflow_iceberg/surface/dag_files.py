@@ -72,6 +72,15 @@ def files_built_by(path: Path, files: int) -> set[int]:
     return {0} | {dag_file_index(missing.name) for missing in missing_dag_files(path.parent, files)}
 
 
+def builds_its_share(path: Path) -> bool:
+    """Whether the compaction DAG file at ``path`` builds only its own file's tables, as this provider's files do
+    (an older provider's ``iceberg_compaction.py`` builds every table's)."""
+    try:
+        return "compaction_dag_file(__file__)" in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def write_dag_files(folder: Path, files: int, *, remove_surplus: bool = False) -> tuple[list[Path], list[Path]]:
     """Write compaction DAG files 1 to ``files - 1`` into ``folder`` where missing or not the provider's current
     text; with ``remove_surplus``, delete numbered files past them. The paths written, and those removed.

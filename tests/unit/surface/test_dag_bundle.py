@@ -157,6 +157,21 @@ def test_a_folder_the_bundle_cannot_write_is_logged_and_the_dag_files_still_mark
     assert {name for name in after if after[name] > before[name]} == set(DAG_FILES)
 
 
+def test_beside_an_older_providers_compaction_file_no_further_file_is_written(folder: Path, caplog):
+    """An older ``iceberg_compaction.py`` builds every table: further files beside it would build them twice."""
+    (folder / "iceberg_compaction.py").write_text(
+        "from airflow_iceberg.surface.dag_factory import build_compaction_dags\n"
+    )
+    _age(folder / "iceberg_compaction.py", HOUR_AGO)
+    bundle = _bundle(folder)
+    listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in range(3))
+    (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert not (folder / dag_file_name(1)).exists()
+    assert "an older provider's file" in caplog.text and f"Run `airflow-iceberg dags {folder}`" in caplog.text
+
+
 def test_no_table_list_is_no_error(tmp_path: Path):
     bundle = Bundle(name="dags-folder", path=str(tmp_path), table_list=str(tmp_path / "missing.yaml"))
     bundle.rows = {}
