@@ -5,11 +5,12 @@ missing, and few DAGs moving when the list grows."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import yaml
 from airflow.dag_processing.dagbag import DagBag
-from airflow.sdk.definitions._internal.dag_parsing_context import _airflow_parsing_context_manager
+from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID, _AIRFLOW_PARSING_CONTEXT_TASK_ID
 
 from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
@@ -103,8 +104,16 @@ def test_a_task_builds_its_own_dag_from_whichever_file_it_parses(tmp_path, monke
     folder = dag_folder(tmp_path, monkeypatch, 25)
     name = next(n for n in tables(25) if dag_file_of(n, 3) == 1)
     dag_id = compaction_dag_id(TableName.parse(name))
+    # Airflow's parsing context, as a task's process has it (monkeypatch, not Airflow's own context manager, which
+    # leaves the variables set in this process after it).
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_DAG_ID, dag_id)
+    monkeypatch.setenv(_AIRFLOW_PARSING_CONTEXT_TASK_ID, "open_gate")
     for file in ("iceberg_compaction_1.py", "iceberg_compaction_2.py"):
-        with _airflow_parsing_context_manager(dag_id=dag_id, task_id="open_gate"):
-            bag = DagBag(dag_folder=str(folder / file), collect_dags=False)
-            bag.process_file(str(folder / file))
+        bag = DagBag(dag_folder=str(folder / file), collect_dags=False)
+        bag.process_file(str(folder / file))
         assert bag.dag_ids == [dag_id], file
+
+
+def test_the_parsing_context_is_gone_after_a_test_that_set_it():
+    """The test above sets Airflow's parsing context; left in the process, every later parse would build one DAG."""
+    assert _AIRFLOW_PARSING_CONTEXT_DAG_ID not in os.environ
