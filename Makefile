@@ -9,7 +9,7 @@
 # make bench-parse  what parsing the DAG files costs with 1, 100, 1,000 and 5,000 tables (5 DAG files at 5,000)
 # make bench-fleet  1,000 healthy tables on a live Airflow, idle and watched, at Airflow's defaults and under the
 #             fleet setting: runs, cores, sweeps; one run for each table a writer makes need work; cron mode for
-#             reference (about an hour; BENCH_ARGS=--tables 100,1000 for more sizes)
+#             reference (about an hour; BENCH_ARGS=--tables 100,1000,5000 for more sizes)
 # make faults  gated compactions under injected faults (killed task, MySQL down, ...): one row per scenario
 # make bad-day  a watched fleet's bad day on a live Airflow: the gate's MySQL, then the catalog's database, down
 #             for two minutes during the health watch's sweeps; then 200 tables needing work at once on 4 Spark
