@@ -135,7 +135,6 @@ def live_airflow(
         print(f"  {mode}: airflow standalone up, {2 * len(fleet)} DAGs parsed in {time.monotonic() - began:.0f} s")
         yield airflow
     finally:
-        # At 5,000 tables and Airflow's defaults the scheduler took over 30 s to leave after SIGTERM.
         airflow.stop(grace=STOP_GRACE_SECONDS)
         shutil.rmtree(home, ignore_errors=True)
 
