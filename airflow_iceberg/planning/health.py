@@ -186,8 +186,11 @@ def read_health(
     partitions: dict[tuple[int, tuple[Any, ...]], PartitionHealth] = {}
     # Per partition: (sequence number, snapshot id, added by a rewrite) of each live file.
     added: dict[tuple[int, tuple[Any, ...]], list[tuple[int, int, bool]]] = {}
-    # Per partition: the oldest live data file's sequence number, the live data files' paths, and the delete files.
+    # Per partition: the oldest live data file's data sequence number and its oldest file sequence number (the
+    # commit that added the file: a rewrite's files carry its starting data sequence number but their own commit's),
+    # the live data files' paths, and the delete files.
     oldest_data: dict[tuple[int, tuple[Any, ...]], int] = {}
+    oldest_added: dict[tuple[int, tuple[Any, ...]], int] = {}
     data_paths: set[str] = set()
     deletes: list[tuple[tuple[int, tuple[Any, ...]], int, Any, int]] = []
     for manifest, entries in read:
@@ -214,6 +217,8 @@ def read_health(
                 if data_file.file_size_in_bytes < small_below:
                     health.small_files += 1
                 oldest_data[key] = min(oldest_data.get(key, sequence), sequence)
+                committed = entry.file_sequence_number if entry.file_sequence_number is not None else sequence
+                oldest_added[key] = min(oldest_added.get(key, committed), committed)
                 data_paths.add(data_file.file_path)
                 continue
             # A delete file whose snapshot was expired is at least as old as the oldest snapshot kept.
@@ -221,7 +226,7 @@ def read_health(
             deletes.append((key, sequence, data_file, born))
     for key, sequence, data_file, born in deletes:
         health = partitions[key]
-        if not _may_apply(data_file, sequence, oldest_data.get(key), data_paths):
+        if not _may_apply(data_file, sequence, oldest_data.get(key), data_paths, oldest_added.get(key)):
             health.dangling_delete_files += 1
             continue
         if data_file.content == DataFileContent.POSITION_DELETES:
@@ -274,13 +279,18 @@ def referenced_data_file(delete_file: Any) -> str | None:
     return bytes(lower).decode() if lower is not None and lower == upper else None
 
 
-def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_paths: set[str]) -> bool:
+def _may_apply(
+    delete_file: Any, sequence: int, oldest_data: int | None, data_paths: set[str], oldest_added: int | None = None
+) -> bool:
     """Whether a delete file can still delete a row of a live data file of its partition (else it is dangling).
 
-    Iceberg's rule: an equality delete applies to the partition's data files of a lower sequence number, a
+    Iceberg's rule: an equality delete applies to the partition's data files of a lower data sequence number, a
     position delete to those of a lower or equal one. A position delete that names its one data file
     (:func:`referenced_data_file`) applies only while that file is live: after a rewrite of that file it dangles,
-    though its sequence number may equal the rewritten files' (a rewrite keeps its starting one).
+    though its sequence number may equal the rewritten files' (a rewrite keeps its starting one). One that may name
+    several (Flink's partition-scoped position deletes before Iceberg 1.6) names only files that existed when it was
+    committed: once every live data file of its partition was added by a later commit (``oldest_added``, the
+    oldest file sequence number), it names none of them.
     """
     from pyiceberg.manifest import DataFileContent
 
@@ -291,7 +301,7 @@ def _may_apply(delete_file: Any, sequence: int, oldest_data: int | None, data_pa
         return False
     if delete_file.content == DataFileContent.EQUALITY_DELETES:
         return oldest_data < sequence
-    return oldest_data <= sequence
+    return oldest_data <= sequence and (oldest_added is None or oldest_added <= sequence)
 
 
 def _is_deletion_vector(delete_file: Any) -> bool:

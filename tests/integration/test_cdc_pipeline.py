@@ -275,13 +275,13 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
         # and no equality-delete file at all where Iceberg removes dangling deletes (1.7 and later); the health
         # check of the table as it left it skips. What may stay is dangling: the last checkpoint's position deletes,
         # which name files the rewrite replaced and carry its starting sequence number. Before 1.6, Flink's
-        # position deletes are partition-scoped and may name no single data file, so health cannot prove those
-        # dangling: for them the plan's skip is the check.
+        # position deletes are partition-scoped and may name no single data file: health proves them dangling
+        # because every live data file was added by a later commit than theirs.
         assert data["failed_data_files_count"] == 0
         assert sum(p.equality_delete_files for p in health.partitions) == 0, "an equality delete still applies"
+        assert sum(p.position_delete_files for p in health.partitions) == 0, "a position delete still applies"
         if removes_dangling:
             assert after.equality_delete_files == 0
-            assert sum(p.position_delete_files for p in health.partitions) == 0, "a position delete still applies"
         assert plan.decision == "skip", plan.reason
     # No change lost or applied twice: the table holds exactly the expected row per key.
     stats = TableStats.read("lake", cdc_table)

@@ -63,6 +63,10 @@ def test_a_position_delete_whose_path_bounds_name_one_data_file_dangles_once_tha
     for unknown in (several, delete(None, None)):  # several files, or bounds dropped for several (Iceberg 1.4+)
         assert referenced_data_file(unknown) is None
         assert _may_apply(unknown, 5, 5, {"file:///d/c.parquet"})  # the sequence rule decides
+        # ... and the commits that added the live files: a rewrite's files keep its starting data sequence number
+        # (5) but were committed later (6), so a delete committed at 5 cannot name them; one committed at 5 can.
+        assert not _may_apply(unknown, 5, 5, {"file:///d/c.parquet"}, oldest_added=6)
+        assert _may_apply(unknown, 5, 5, {"file:///d/c.parquet"}, oldest_added=5)
 
 
 @pytest.mark.parametrize("format_version", [1, 2])
