@@ -433,6 +433,9 @@ def report(
     print(verdict(f"the page's list answers in under 1 s: slowest {listing[-1]:.3f} s", listing[-1] < 1))
     if count == GOAL_TABLES:
         for setting, goal in GOALS.items():
+            if setting not in results:
+                print(f"NOT MEASURED: {setting} (--settings left it out)")
+                continue
             result = results[setting]
             worst = max(result.idle_cores, result.watch_cores)
             print(verdict(f"{setting}: idle and watching at most {goal:.2f} cores: {worst:.3f}", worst <= goal))
@@ -451,7 +454,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cron-tables", type=int, default=60)
     parser.add_argument("--cron-window", type=float, default=300)
     parser.add_argument("--warm-up", type=float, default=120, help="seconds after start-up before a window")
+    parser.add_argument(
+        "--settings",
+        default=",".join(SETTINGS_UNDER_TEST),
+        help="settings to run each size under, comma-separated (the fleet setting always; cron mode needs defaults)",
+    )
     args = parser.parse_args(argv)
+    chosen = [setting.strip() for setting in args.settings.split(",")]
+    if unknown := [setting for setting in chosen if setting not in SETTINGS_UNDER_TEST]:
+        parser.error(f"--settings: unknown {', '.join(map(repr, unknown))}; known: {', '.join(SETTINGS_UNDER_TEST)}")
+    if "fleet setting" not in chosen:
+        parser.error(f"--settings {args.settings!r}: the fleet setting is always run (its page list and writer)")
     sizes = [int(size) for size in args.tables.split(",")]
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     watches: dict[int, tuple[dict[str, Any], dict[str, Watch]]] = {}
@@ -466,9 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         # The further compaction DAG files a list of this size takes, as `airflow-iceberg dags` writes them: at
         # Airflow's defaults nothing else would (under the fleet setting, the bundle would).
         write_dag_files(DAGS_FOLDER, dag_file_count(count), remove_surplus=True)
-        results = {setting: watch(work, fleet, args, setting) for setting in SETTINGS_UNDER_TEST}
+        results = {setting: watch(work, fleet, args, setting) for setting in SETTINGS_UNDER_TEST if setting in chosen}
         watches[count] = parse, results
-        if cron_figures is None and count >= args.cron_tables:
+        if cron_figures is None and count >= args.cron_tables and "defaults" in results:
             cron_figures = count, *cron(work, fleet, args)
         report(count, parse, results, args, alone)
     write_dag_files(DAGS_FOLDER, 1, remove_surplus=True)  # the checkout's DAG folder as it was
@@ -486,11 +499,12 @@ def main(argv: list[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for count, (parse, results) in watches.items():
         compaction, check = bench_parse.summed(parse), parse["files"][DAG_FILES[1]]
-        defaults, fleet_setting = results["defaults"], results["fleet setting"]
+        defaults, fleet_setting = results.get("defaults"), results["fleet setting"]
         sweep = fleet_setting.steady_sweep
+        at_defaults = f"{defaults.idle_cores:.3f} / {defaults.watch_cores:.3f}" if defaults else "not run"
         print(
             f"| {count:,} | {compaction['parse'] + check['parse']:.2f} + {compaction['serialize']:.2f} "
-            f"| {defaults.idle_cores:.3f} / {defaults.watch_cores:.3f} "
+            f"| {at_defaults} "
             f"| {fleet_setting.idle_cores:.3f} / {fleet_setting.watch_cores:.3f} "
             f"| {fleet_setting.parse_cpu:.1f} | {sweep if sweep is not None else float('nan'):.2f} "
             f"| {fleet_setting.triggerer_mib:.0f} | {max(fleet_setting.listing):.3f} |"
