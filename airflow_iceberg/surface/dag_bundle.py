@@ -17,13 +17,15 @@ paused; when the list is newer than a DAG file that reads it, or a DAG of such a
 sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
 finds nothing changed costs one ``stat`` and one query of the folder's DAGs (their files, pauses and last parses).
 A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
-DAGs (``_follow_removals``). When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh
+DAGs (``_follow_parses``). When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh
 also writes the further compaction DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`); Airflow lists the
 folder's files right after a refresh, so it parses a new file within seconds.
 
-What it does not see: a change that lands while a parse of the same file is under way, which that parse may
-have read before the change. The file is not parsed again until the next change, pause or unpause, or the
-hourly parse (Airflow has the same race for an edited DAG file).
+A table-list change that lands while a parse of the same file is under way may be one that parse read too
+early, and Airflow does not parse the file again for a touch older than the parse's end (it has the same race
+for an edited DAG file). Once that parse is stored, the bundle reads when it began (its DAGs' last parse, less
+its duration and :data:`STORE_SLACK_SECONDS`); if that was before the change, it touches the file once more
+(``_follow_parses``).
 """
 
 from __future__ import annotations
@@ -66,8 +68,13 @@ CLEANUP_SECONDS = 20
 #: How much older than its file's last parse a DAG's own last parse must be for Airflow to deactivate it
 #: (``[dag_processor] stale_dag_threshold``, 50 s by default). Airflow 3 takes a parse's finish time before it
 #: stores the parse's DAGs, so a DAG of that parse is never older than it; what the threshold delays is a table
-#: taken off the list soon after the last parse, for which the bundle then parses once more (``_follow_removals``).
+#: taken off the list soon after the last parse, for which the bundle then parses once more (``_follow_parses``).
 STALE_SECONDS = 10
+
+#: How long Airflow may take to store a parse after it ends: a DAG's ``last_parsed_time`` is taken as it is
+#: stored, so a parse began at least its ``last_parse_duration`` and this much before it. A parse that may have
+#: begun before the table list changed is run once more.
+STORE_SLACK_SECONDS = 5
 
 #: The fleet setting, as Airflow's environment variables: the DAG folder as a :class:`TableListDagBundle`, an
 #: unchanged table list parsed once an hour, and a removed table's DAGs deactivated within 20 s of the parse
@@ -105,7 +112,7 @@ class TableListDagBundle(LocalDagBundle):
         self._table_list = Path(table_list) if table_list else None
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
-        self._changed: dict[str, datetime] = {}  # files touched for a table-list change, and when: see _follow_removals
+        self._changed: dict[str, Touch] = {}  # files touched for a table-list change: see _follow_parses
 
     @property
     def table_list(self) -> Path:
@@ -121,7 +128,7 @@ class TableListDagBundle(LocalDagBundle):
         before, self._rows = self._rows, rows
         if before is not None:  # the first look only remembers: the dag-processor parses every file as it starts
             self._follow_pauses(before, rows)
-        self._follow_removals(rows)
+        self._follow_parses(rows)
 
     def _follow_table_list(self) -> None:
         """Touch each DAG file that reads the table list and is older than it; one ``stat`` when nothing changed.
@@ -137,9 +144,11 @@ class TableListDagBundle(LocalDagBundle):
             return
         self._seen = changed
         now = datetime.now(timezone.utc)
+        # No later than now: a list dated in the future (a skewed clock) was changed by now.
+        list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
         touched = touch_readers(self.path, changed)
         for path in touched:
-            self._changed[str(path.relative_to(self.path))] = now
+            self._changed[str(path.relative_to(self.path))] = Touch(now, list_changed)
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
@@ -199,23 +208,45 @@ class TableListDagBundle(LocalDagBundle):
                 self._shown(touched),
             )
 
-    def _follow_removals(self, rows: dict[str, DagRow]) -> None:
-        """Parse a file once more when a table taken off the list would otherwise keep its DAGs until the next parse.
+    def _follow_parses(self, rows: dict[str, DagRow]) -> None:
+        """Parse a file touched for a table-list change once more when the parse after the touch may have read the
+        list before the change, or when a table taken off the list would otherwise keep its DAGs until the next
+        parse.
 
-        Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse is more than
-        ``[dag_processor] stale_dag_threshold`` older than that parse: a table-list change soon after the file's
-        last parse would leave the removed tables' DAGs active until the hourly parse. Once the parse after the
-        change is stored, a DAG of the file parsed before the change is one it no longer found; if Airflow will not
-        deactivate it, the file is touched again when the threshold has passed.
+        The first: a parse already under way when the file was touched ends after the touch, so Airflow takes the
+        touch as seen. If that parse began before the list changed (by its DAGs' last parse and duration, less
+        :data:`STORE_SLACK_SECONDS`), the file is touched once more.
+
+        The second: Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse
+        is more than ``[dag_processor] stale_dag_threshold`` older than that parse, so a table-list change soon
+        after the file's last parse would leave the removed tables' DAGs active until the hourly parse. Once the
+        parse after the change is stored, a DAG of the file parsed before the change is one it no longer found; if
+        Airflow will not deactivate it, the file is touched again when the threshold has passed.
         """
         threshold = timedelta(seconds=conf.getint("dag_processor", "stale_dag_threshold"))
+        slack = timedelta(seconds=STORE_SLACK_SECONDS)
         now = datetime.now(timezone.utc)
-        for file, changed_at in list(self._changed.items()):
-            parsed = [row.last_parsed for row in rows.values() if row.file == file and row.last_parsed is not None]
-            if not parsed or max(parsed) < changed_at:
+        for file, change in list(self._changed.items()):
+            # (stored, began) of each of the file's DAGs: when its last parse was stored, and when that parse began
+            # at the latest.
+            parses = [
+                (row.last_parsed, row.last_parsed - timedelta(seconds=row.parse_seconds or 0.0))
+                for row in rows.values()
+                if row.file == file and row.last_parsed is not None
+            ]
+            after = [began for stored, began in parses if stored >= change.touched]
+            if not after:
                 continue  # the parse after the change is not stored yet
-            left = [when for when in parsed if when < changed_at]
-            if left and max(left) + threshold >= changed_at:  # Airflow would keep these active
+            if not change.again and min(after) - slack < change.list_changed:
+                if touch(self.path / file):
+                    log.info(
+                        "A parse of %s that began before the table list changed ended after it: parsing it again",
+                        file,
+                    )
+                    self._changed[file] = Touch(now, change.list_changed, again=True)
+                    continue
+            left = [stored for stored, _ in parses if stored < change.touched]
+            if left and max(left) + threshold >= change.touched:  # Airflow would keep these active
                 if now <= max(left) + threshold:
                     continue
                 touch(self.path / file)
@@ -231,22 +262,39 @@ class TableListDagBundle(LocalDagBundle):
         from airflow.utils.session import create_session
         from sqlalchemy import select
 
-        query = select(DagModel.dag_id, DagModel.relative_fileloc, DagModel.is_paused, DagModel.last_parsed_time)
+        query = select(
+            DagModel.dag_id,
+            DagModel.relative_fileloc,
+            DagModel.is_paused,
+            DagModel.last_parsed_time,
+            DagModel.last_parse_duration,
+        )
         query = query.where(DagModel.bundle_name == self.name, ~DagModel.is_stale)
         with create_session() as session:
             return {
-                dag_id: DagRow(str(fileloc), bool(paused), _utc(parsed))
-                for dag_id, fileloc, paused, parsed in session.execute(query)
+                dag_id: DagRow(str(fileloc), bool(paused), _utc(parsed), duration)
+                for dag_id, fileloc, paused, parsed, duration in session.execute(query)
             }
 
 
 @dataclass(frozen=True)
 class DagRow:
-    """One DAG as the bundle follows it: its file (relative to the folder), whether it is paused, its last parse."""
+    """One DAG as the bundle follows it: its file (relative to the folder), whether it is paused, when its last
+    parse was stored and how long that parse took."""
 
     file: str
     paused: bool
     last_parsed: datetime | None = None
+    parse_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Touch:
+    """A DAG file touched for a table-list change: when, when the list changed, and whether it is the second."""
+
+    touched: datetime
+    list_changed: datetime
+    again: bool = False
 
 
 def _utc(when: datetime | None) -> datetime | None:

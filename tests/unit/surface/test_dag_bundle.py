@@ -219,11 +219,22 @@ def _parsed(seconds_ago: float) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)
 
 
+def _edit_list(folder: Path, text: str, seconds_ago: float = 0) -> None:
+    """Write the table list, dated ``seconds_ago``; the DAG files, last touched by the bundle's first look, dated
+    an hour before that."""
+    table_list = folder / "iceberg_tables.yaml"
+    table_list.write_text(text)
+    _age(table_list, int(seconds_ago * 10**9))
+    for name in DAG_FILES:
+        _age(folder / name, HOUR_AGO)
+
+
 def test_a_table_taken_off_the_list_soon_after_the_last_parse_gets_one_more_parse(folder: Path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "1")
     compaction = "iceberg_compaction.py"
     bundle = _bundle(folder, kept=DagRow(compaction, False, _parsed(0.5)), gone=DagRow(compaction, False, _parsed(0.5)))
-    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.kept}]\n")
+    # Edited 30 s ago: the parse stored below began after it.
+    _edit_list(folder, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
     bundle.refresh()  # the change: touched; its parse not stored yet
     for name in DAG_FILES:
         _age(folder / name, 60 * 10**9)
@@ -246,7 +257,7 @@ def test_a_table_taken_off_long_after_the_last_parse_needs_no_second_parse(folde
     bundle = _bundle(
         folder, kept=DagRow(compaction, False, _parsed(3600)), gone=DagRow(compaction, False, _parsed(3600))
     )
-    (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.kept}]\n")
+    _edit_list(folder, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
     bundle.refresh()
     for name in DAG_FILES:
         _age(folder / name, 60 * 10**9)
@@ -254,6 +265,48 @@ def test_a_table_taken_off_long_after_the_last_parse_needs_no_second_parse(folde
     bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}
     bundle.refresh()
     assert _mtimes(folder) == aged, "Airflow deactivates 'gone' after the one parse"
+
+
+def test_a_parse_under_way_when_the_list_changed_is_followed_by_one_more(folder: Path, monkeypatch, caplog):
+    """The parse stored after the touch began 20 s before the list changed: it may have read the old list, and
+    Airflow takes the touch, older than its end, as seen."""
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "True")  # 'b' is created paused: no unpause
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(folder, a=DagRow(compaction, False, _parsed(3600), 25.0))
+    _edit_list(folder, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=1)
+    bundle.refresh()
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 21.0)}  # began 21 s ago; 'b' not in it
+    with caplog.at_level(logging.INFO, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert _mtimes(folder)[compaction] > aged[compaction], "the parse that reads the changed list"
+    assert "began before the table list changed" in caplog.text
+    _age(folder / compaction, 60 * 10**9)
+    aged = _mtimes(folder)
+    bundle.rows = {
+        "a": DagRow(compaction, False, _parsed(0), 21.0),  # the second parse, also long: still once more only
+        "b": DagRow(compaction, True, _parsed(0), 21.0),
+    }
+    bundle.refresh()
+    assert _mtimes(folder) == aged, "one more parse, not one per refresh"
+
+
+def test_a_parse_begun_after_the_list_changed_is_not_repeated(folder: Path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "True")
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(folder, a=DagRow(compaction, False, _parsed(3600), 2.0))
+    _edit_list(folder, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=20)
+    bundle.refresh()
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    # Stored now after 2 s: it began 2 s ago, and at the latest 7 s ago with the slack for storing it.
+    stored = _parsed(0)
+    bundle.rows = {"a": DagRow(compaction, False, stored, 2.0), "b": DagRow(compaction, True, stored, 2.0)}
+    bundle.refresh()
+    assert _mtimes(folder) == aged
 
 
 def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: Path, caplog):
