@@ -186,9 +186,9 @@ def read_health(
     partitions: dict[tuple[int, tuple[Any, ...]], PartitionHealth] = {}
     # Per partition: (sequence number, snapshot id, added by a rewrite) of each live file.
     added: dict[tuple[int, tuple[Any, ...]], list[tuple[int, int, bool]]] = {}
-    # Per partition: the oldest live data file's data sequence number and its oldest file sequence number (the
-    # commit that added the file: a rewrite's files carry its starting data sequence number but their own commit's),
-    # the live data files' paths, and the delete files.
+    # Per partition: the lowest data sequence number and the lowest file sequence number of its live data files (a
+    # file's file sequence number is the commit that added it: a rewrite's files carry its starting data sequence
+    # number but their own commit's file sequence number); the live data files' paths, and the delete files.
     oldest_data: dict[tuple[int, tuple[Any, ...]], int] = {}
     oldest_added: dict[tuple[int, tuple[Any, ...]], int] = {}
     data_paths: set[str] = set()

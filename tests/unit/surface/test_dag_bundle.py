@@ -219,26 +219,28 @@ def _parsed(seconds_ago: float) -> datetime:
     return datetime.now(timezone.utc) - timedelta(seconds=seconds_ago)
 
 
-def _edit_list(folder: Path, text: str, seconds_ago: float = 0) -> None:
-    """Write the table list, dated ``seconds_ago``; the DAG files, last touched by the bundle's first look, dated
-    an hour before that."""
+def _list_changed(bundle: Bundle, text: str, seconds_ago: float) -> dict[str, int]:
+    """The table list written, dated ``seconds_ago``, and seen by ``bundle``, which touches the DAG files (dated an
+    hour back first, as the bundle's first look left them touched); then those dated a minute back, so that a
+    later touch shows. Their modification times."""
+    folder = Path(bundle.path)
     table_list = folder / "iceberg_tables.yaml"
     table_list.write_text(text)
     _age(table_list, int(seconds_ago * 10**9))
     for name in DAG_FILES:
         _age(folder / name, HOUR_AGO)
+    bundle.refresh()
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    return _mtimes(folder)
 
 
 def test_a_table_taken_off_the_list_soon_after_the_last_parse_gets_one_more_parse(folder: Path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD", "1")
     compaction = "iceberg_compaction.py"
     bundle = _bundle(folder, kept=DagRow(compaction, False, _parsed(0.5)), gone=DagRow(compaction, False, _parsed(0.5)))
-    # Edited 30 s ago: the parse stored below began after it.
-    _edit_list(folder, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
-    bundle.refresh()  # the change: touched; its parse not stored yet
-    for name in DAG_FILES:
-        _age(folder / name, 60 * 10**9)
-    aged = _mtimes(folder)
+    # Edited 30 s ago: the parse stored below began after it. Touched; its parse not stored yet.
+    aged = _list_changed(bundle, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
     bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}  # the parse after it, stored
     bundle.refresh()
     assert _mtimes(folder) == aged, "'gone' was parsed 0.5 s before the change: too soon to parse again"
@@ -257,11 +259,7 @@ def test_a_table_taken_off_long_after_the_last_parse_needs_no_second_parse(folde
     bundle = _bundle(
         folder, kept=DagRow(compaction, False, _parsed(3600)), gone=DagRow(compaction, False, _parsed(3600))
     )
-    _edit_list(folder, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
-    bundle.refresh()
-    for name in DAG_FILES:
-        _age(folder / name, 60 * 10**9)
-    aged = _mtimes(folder)
+    aged = _list_changed(bundle, "tables: [{table: lake.sales.kept}]\n", seconds_ago=30)
     bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}
     bundle.refresh()
     assert _mtimes(folder) == aged, "Airflow deactivates 'gone' after the one parse"
@@ -273,11 +271,7 @@ def test_a_parse_under_way_when_the_list_changed_is_followed_by_one_more(folder:
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "True")  # 'b' is created paused: no unpause
     compaction = "iceberg_compaction.py"
     bundle = _bundle(folder, a=DagRow(compaction, False, _parsed(3600), 25.0))
-    _edit_list(folder, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=1)
-    bundle.refresh()
-    for name in DAG_FILES:
-        _age(folder / name, 60 * 10**9)
-    aged = _mtimes(folder)
+    aged = _list_changed(bundle, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=1)
     bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 21.0)}  # began 21 s ago; 'b' not in it
     with caplog.at_level(logging.INFO, logger=dag_bundle.__name__):
         bundle.refresh()
@@ -297,11 +291,7 @@ def test_a_parse_begun_after_the_list_changed_is_not_repeated(folder: Path, monk
     monkeypatch.setenv("AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION", "True")
     compaction = "iceberg_compaction.py"
     bundle = _bundle(folder, a=DagRow(compaction, False, _parsed(3600), 2.0))
-    _edit_list(folder, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=20)
-    bundle.refresh()
-    for name in DAG_FILES:
-        _age(folder / name, 60 * 10**9)
-    aged = _mtimes(folder)
+    aged = _list_changed(bundle, "tables: [{table: lake.sales.a}, {table: lake.sales.b}]\n", seconds_ago=20)
     # Stored now after 2 s: it began 2 s ago, and at the latest 7 s ago with the slack for storing it.
     stored = _parsed(0)
     bundle.rows = {"a": DagRow(compaction, False, stored, 2.0), "b": DagRow(compaction, True, stored, 2.0)}
