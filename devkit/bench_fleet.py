@@ -176,6 +176,11 @@ def sweeps(airflow: LiveAirflow) -> list[tuple[int, float, int]]:
     return found
 
 
+def killed_parses(airflow: LiveAirflow) -> int:
+    """How many parses the dag-processor killed at ``[dag_processor] dag_file_processor_timeout`` so far."""
+    return (airflow.home / "standalone.log").read_text(errors="replace").count("exceeding the timeout")
+
+
 def all_checked_since(fleet: list[TableName], since: datetime) -> bool:
     checks = WriteGateHook().health_checks()
     return all(str(t) in checks and checks[str(t)]["checked_at"] > since for t in fleet)
@@ -281,6 +286,8 @@ class Watch:
     watch_runs: int
     sweeps: list[tuple[int, float, int]]
     triggerer_mib: float
+    longest_parse: float  # seconds: the longest parse stored once the fleet was turned on, as Airflow timed it
+    killed_parses: int  # parses the dag-processor killed at dag_file_processor_timeout, from start to the end
     parse_cpu: float | None = None  # one parse, measured where no parse falls in a window (the fleet setting)
     listing: list[float] = field(default_factory=list)
     writer: list[str] = field(default_factory=list)
@@ -351,12 +358,15 @@ def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting:
             watch_runs=watch_runs,
             sweeps=[s for s in sweeps(air) if s[0] == len(fleet)],
             triggerer_mib=air.memory_by_component().get("triggerer", 0.0),
+            longest_parse=air.query("SELECT max(last_parse_duration) FROM dag WHERE NOT is_stale")[0][0] or 0.0,
+            killed_parses=0,
         )
         if fleet_setting:
             result.parse_cpu = one_parse(air)
             print(f"  {setting}: one parse of the DAG files took the dag-processor {result.parse_cpu:.1f} CPU s")
             result.listing = list_page_seconds(air)
             result.writer = writer_phase(air, fleet, args)
+        result.killed_parses = killed_parses(air)
     for what, cores in (("idle", result.idle_cores), ("watching", result.watch_cores)):
         print(f"  {setting}, {what}: {cores:.3f} cores")
     return result
@@ -424,6 +434,12 @@ def report(
             f"  {setting}: a sweep of all {count:,} tables, nothing changed: {said}; "
             f"triggerer memory {result.triggerer_mib:.0f} MiB (PSS)"
         )
+        print(
+            f"  {setting}: the longest parse once every DAG was unpaused, as Airflow timed it (with its wait for "
+            f"other files' DAGs to be stored): {result.longest_parse:.1f} s; parses killed at the time-out: "
+            f"{result.killed_parses}"
+        )
+    print(verdict("no parse killed at the time-out", all(r.killed_parses == 0 for r in results.values())))
     listing = fleet_setting.listing
     print(
         f"  the Iceberg tables page's list of {count:,} tables (summary, first 50 by need): median "

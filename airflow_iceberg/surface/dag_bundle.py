@@ -26,6 +26,12 @@ early, and Airflow does not parse the file again for a touch older than the pars
 for an edited DAG file). Once that parse is stored, the bundle reads when it began (its DAGs' last parse, less
 its duration and :data:`STORE_SLACK_SECONDS`); if that was before the change, it touches the file once more
 (``_follow_parses``).
+
+Airflow kills a parse that outlasts ``[dag_processor] dag_file_processor_timeout`` and then takes the file as
+parsed; at the next cleanup it deactivates the file's DAGs, whose last parse is now older than the killed one. Under
+the fleet setting they would stay away for the hour. A parse's time there includes its wait for the dag-processor to
+store other files' DAGs, so the fleet setting allows :data:`PARSE_TIMEOUT_SECONDS`; and a file the bundle touched
+whose parse is not stored within that time is touched again, up to :data:`RETOUCHES` times (``_follow_parses``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -76,9 +82,20 @@ STALE_SECONDS = 10
 #: begun before the table list changed is run once more.
 STORE_SLACK_SECONDS = 5
 
+#: How long a parse of one DAG file may take under the fleet setting (``[dag_processor] dag_file_processor_timeout``,
+#: 50 s by default), in seconds. Airflow counts, in a parse's time, its wait while the dag-processor stores another
+#: file's DAGs: at 5,000 tables (five files of 2,000 DAGs), with the fleet turned on at once, parses took up to 44 s
+#: (``docs/fleets.md``), and two of five files were killed at 50 s. The import itself keeps Airflow's own limit
+#: (``[core] dagbag_import_timeout``, 30 s).
+PARSE_TIMEOUT_SECONDS = 120
+
+#: How many times the bundle touches a file again whose parse was not stored within the time-out after it touched
+#: it (a parse killed at the time-out): after that, the file's DAGs wait for its next parse, and the bundle says so.
+RETOUCHES = 2
+
 #: The fleet setting, as Airflow's environment variables: the DAG folder as a :class:`TableListDagBundle`, an
-#: unchanged table list parsed once an hour, and a removed table's DAGs deactivated within 20 s of the parse
-#: that no longer found them.
+#: unchanged table list parsed once an hour, a parse allowed :data:`PARSE_TIMEOUT_SECONDS`, and a removed
+#: table's DAGs deactivated within 20 s of the parse that no longer found them.
 #: A table-list change, a pause and an unpause take effect within a minute
 #: (``tests/integration/test_table_list_changes.py``).
 FLEET_SETTINGS = {
@@ -92,6 +109,7 @@ FLEET_SETTINGS = {
         ]
     ),
     "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(FLEET_PARSE_SECONDS),
+    "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": str(PARSE_TIMEOUT_SECONDS),
     "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": str(STALE_SECONDS),
     "AIRFLOW__SCHEDULER__PARSING_CLEANUP_INTERVAL": str(CLEANUP_SECONDS),
 }
@@ -112,7 +130,7 @@ class TableListDagBundle(LocalDagBundle):
         self._table_list = Path(table_list) if table_list else None
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
-        self._changed: dict[str, Touch] = {}  # files touched for a table-list change: see _follow_parses
+        self._changed: dict[str, Touch] = {}  # files touched, until their parse is stored: see _follow_parses
 
     @property
     def table_list(self) -> Path:
@@ -202,6 +220,9 @@ class TableListDagBundle(LocalDagBundle):
             if row.paused != (before[dag_id].paused if dag_id in before else created_paused)
         }
         touched = [path for path in (self.path / f for f in sorted(flipped)) if is_reader(path) and touch(path)]
+        now = datetime.now(timezone.utc)
+        for path in touched:
+            self._changed.setdefault(str(path.relative_to(self.path)), Touch(now))
         if touched:
             log.info(
                 "DAGs were paused or unpaused: the dag-processor parses %s now, so their health watches follow",
@@ -209,21 +230,27 @@ class TableListDagBundle(LocalDagBundle):
             )
 
     def _follow_parses(self, rows: dict[str, DagRow]) -> None:
-        """Parse a file touched for a table-list change once more when the parse after the touch may have read the
-        list before the change, or when a table taken off the list would otherwise keep its DAGs until the next
-        parse.
+        """Parse a touched file once more when no parse of it was stored within the time-out after the touch, when
+        the parse after a table-list change may have read the list before the change, or when a table taken off
+        the list would otherwise keep its DAGs until the next parse.
 
-        The first: a parse already under way when the file was touched ends after the touch, so Airflow takes the
+        The first: Airflow killed the parse at ``[dag_processor] dag_file_processor_timeout`` and took the file as
+        parsed (see the module doc). The file is touched again, up to :data:`RETOUCHES` times; a touch while its
+        parse is still queued or under way changes nothing.
+
+        The second: a parse already under way when the file was touched ends after the touch, so Airflow takes the
         touch as seen. If that parse began before the list changed (by its DAGs' last parse and duration, less
         :data:`STORE_SLACK_SECONDS`), the file is touched once more.
 
-        The second: Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse
+        The third: Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse
         is more than ``[dag_processor] stale_dag_threshold`` older than that parse, so a table-list change soon
         after the file's last parse would leave the removed tables' DAGs active until the hourly parse. Once the
         parse after the change is stored, a DAG of the file parsed before the change is one it no longer found; if
         Airflow will not deactivate it, the file is touched again when the threshold has passed.
         """
         threshold = timedelta(seconds=conf.getint("dag_processor", "stale_dag_threshold"))
+        # A parse's time-out, and a refresh to see it stored.
+        due = timedelta(seconds=conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval)
         slack = timedelta(seconds=STORE_SLACK_SECONDS)
         now = datetime.now(timezone.utc)
         for file, change in list(self._changed.items()):
@@ -235,15 +262,20 @@ class TableListDagBundle(LocalDagBundle):
                 if row.file == file and row.last_parsed is not None
             ]
             after = [began for stored, began in parses if stored >= change.touched]
-            if not after:
-                continue  # the parse after the change is not stored yet
+            if not after:  # the parse after the touch is not stored yet
+                if now - change.touched > due:
+                    self._touch_again(file, change, now, due)
+                continue
+            if change.list_changed is None:  # a pause or unpause: its parse is stored
+                del self._changed[file]
+                continue
             if not change.again and min(after) - slack < change.list_changed:
                 if touch(self.path / file):
                     log.info(
                         "A parse of %s that began before the table list changed ended after it: parsing it again",
                         file,
                     )
-                    self._changed[file] = Touch(now, change.list_changed, again=True)
+                    self._changed[file] = replace(change, touched=now, again=True)
                     continue
             left = [stored for stored, _ in parses if stored < change.touched]
             if left and max(left) + threshold >= change.touched:  # Airflow would keep these active
@@ -252,6 +284,33 @@ class TableListDagBundle(LocalDagBundle):
                 touch(self.path / file)
                 log.info("Parsing %s once more so that the DAGs of tables taken off the list go", file)
             del self._changed[file]
+
+    def _touch_again(self, file: str, change: Touch, now: datetime, due: timedelta) -> None:
+        """Touch ``file`` again, as its parse after the last touch was not stored within ``due``; or, after
+        :data:`RETOUCHES` times, stop and say what to do."""
+        waited = int(due.total_seconds())
+        if change.retouches >= RETOUCHES:
+            log.warning(
+                "No parse of %s was stored within %d s of any of its last %d touches: its DAGs follow the table list "
+                "and their pauses at its next parse, within [dag_processor] min_file_process_interval. If the "
+                "dag-processor's log says it killed the parse at the time-out, raise [dag_processor] "
+                "dag_file_processor_timeout or lower the table list's tables_per_dag_file",
+                file,
+                waited,
+                RETOUCHES + 1,
+            )
+            del self._changed[file]
+            return
+        if touch(self.path / file):
+            log.warning(
+                "No parse of %s was stored within %d s of its touch (Airflow kills a parse that outlasts "
+                "[dag_processor] dag_file_processor_timeout and deactivates its DAGs): touching it again, %d of %d",
+                file,
+                waited,
+                change.retouches + 1,
+                RETOUCHES,
+            )
+        self._changed[file] = replace(change, touched=now, retouches=change.retouches + 1)
 
     def _shown(self, paths: list[Path]) -> str:
         return ", ".join(str(path.relative_to(self.path)) for path in paths)
@@ -290,11 +349,14 @@ class DagRow:
 
 @dataclass(frozen=True)
 class Touch:
-    """A DAG file touched for a table-list change: when, when the list changed, and whether it is the second."""
+    """A DAG file touched: when; when the table list changed (None for a pause or unpause); whether it is the
+    second touch for a parse that began before the change; and how many times it was touched again for a parse not
+    stored in time."""
 
     touched: datetime
-    list_changed: datetime
+    list_changed: datetime | None = None
     again: bool = False
+    retouches: int = 0
 
 
 def _utc(when: datetime | None) -> datetime | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from airflow.dag_processing.bundles.manager import DagBundlesManager
+from airflow.sdk import conf
 
 from airflow_iceberg.surface import dag_bundle
 from airflow_iceberg.surface.cli import DAG_FILES
@@ -299,6 +300,65 @@ def test_a_parse_begun_after_the_list_changed_is_not_repeated(folder: Path, monk
     assert _mtimes(folder) == aged
 
 
+def _unpaused(folder: Path, compaction: str) -> Bundle:
+    """A bundle whose DAG 'a' of ``compaction`` was just unpaused, with a parse time-out of 1 s; the file touched for
+    it, then dated a minute back. The table list is older than the DAG files: unchanged."""
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
+    bundle = Bundle(
+        name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), refresh_interval=0
+    )
+    bundle.rows = {"a": DagRow(compaction, True, _parsed(3600), 20.0)}
+    bundle.refresh()
+    bundle.rows = {"a": DagRow(compaction, False, _parsed(3600), 20.0)}
+    bundle.refresh()
+    _age(folder / compaction, 60 * 10**9)
+    return bundle
+
+
+def test_a_parse_not_stored_within_the_time_out_is_asked_for_again_then_left_with_advice(
+    folder: Path, monkeypatch, caplog
+):
+    """Airflow killed the parse at the time-out, took the file as parsed and deactivated its DAGs."""
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    compaction = "iceberg_compaction.py"
+    bundle = _unpaused(folder, compaction)
+    bundle.rows = {}  # deactivated
+    for attempt in range(1, dag_bundle.RETOUCHES + 1):
+        aged = _mtimes(folder)
+        bundle.refresh()
+        assert _mtimes(folder) == aged, "within the time-out the parse may still be queued or under way"
+        time.sleep(1.1)
+        with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+            bundle.refresh()
+        assert _mtimes(folder)[compaction] > aged[compaction], f"touch {attempt} of {dag_bundle.RETOUCHES}"
+        assert f"No parse of {compaction} was stored" in caplog.text
+        assert f"touching it again, {attempt} of {dag_bundle.RETOUCHES}" in caplog.text
+        _age(folder / compaction, 60 * 10**9)
+    aged = _mtimes(folder)
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert _mtimes(folder) == aged, "touched again at most RETOUCHES times"
+    assert (
+        "raise [dag_processor] dag_file_processor_timeout or lower the table list's tables_per_dag_file" in caplog.text
+    )
+    time.sleep(1.1)
+    bundle.refresh()
+    assert _mtimes(folder) == aged, "no longer followed"
+
+
+def test_a_parse_stored_after_the_touch_is_not_asked_for_again(folder: Path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    compaction = "iceberg_compaction.py"
+    bundle = _unpaused(folder, compaction)
+    bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 20.0)}  # the parse after the touch, stored
+    bundle.refresh()
+    aged = _mtimes(folder)
+    time.sleep(1.1)
+    bundle.refresh()
+    assert _mtimes(folder) == aged
+
+
 def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: Path, caplog):
     class Unreachable(Bundle):
         def dag_rows(self):
@@ -322,3 +382,4 @@ def test_the_fleet_setting_gives_airflow_this_bundle_for_the_dag_folder(monkeypa
     bundle = DagBundlesManager().get_bundle("dags-folder")  # as the dag-processor loads it
     assert isinstance(bundle, TableListDagBundle)
     assert bundle.refresh_interval == dag_bundle.REFRESH_SECONDS
+    assert conf.getint("dag_processor", "dag_file_processor_timeout") == dag_bundle.PARSE_TIMEOUT_SECONDS
