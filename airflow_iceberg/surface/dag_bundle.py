@@ -15,7 +15,8 @@ dag-processor parses a DAG file at once when the file's own modification time is
 ``refresh_interval`` seconds, it looks at the table list's modification time and at which DAGs of the folder are
 paused; when the list is newer than a DAG file that reads it, or a DAG of such a file was paused or unpaused, it
 sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
-finds nothing changed costs one ``stat`` and one query of the folder's DAGs (their files, pauses and last parses).
+finds nothing changed costs one ``stat`` and a summary of each file's DAGs (:class:`FileSummary`: one row per
+file, and the ids of the DAGs in its rarer pause state); a file's DAG rows are read only when its summary changed.
 A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
 DAGs (``_follow_parses``). When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh
 also writes the further compaction DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`); Airflow lists the
@@ -130,6 +131,7 @@ class TableListDagBundle(LocalDagBundle):
         self._table_list = Path(table_list) if table_list else None
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
+        self._summaries: dict[str, FileSummary] = {}  # their files' summaries at the last look
         self._changed: dict[str, Touch] = {}  # files touched, until their parse is stored: see _follow_parses
 
     @property
@@ -139,13 +141,26 @@ class TableListDagBundle(LocalDagBundle):
     def refresh(self) -> None:
         self._follow_table_list()
         try:
-            rows = self.dag_rows()
+            self._follow_dags()
         except Exception as error:  # the metadata database: the manager's own next query will say more
             log.warning("Cannot read the DAGs of bundle %r from Airflow's database: %s", self.name, error)
+
+    def _follow_dags(self) -> None:
+        """Follow the pauses and parses of the folder's DAGs, reading the rows of only the files whose summary
+        changed since the last look, or that were touched and are waiting for their parse: in a fleet at rest, one
+        summary row per file."""
+        summaries = self.dag_summaries()
+        before, self._summaries = self._summaries, summaries
+        if self._rows is None:  # the first look only remembers: the dag-processor parses every file as it starts
+            self._rows = self.dag_rows()
             return
-        before, self._rows = self._rows, rows
-        if before is not None:  # the first look only remembers: the dag-processor parses every file as it starts
-            self._follow_pauses(before, rows)
+        files = {f for f in summaries.keys() | before.keys() if summaries.get(f) != before.get(f)} | set(self._changed)
+        if not files:
+            return
+        rows = self.dag_rows(files)
+        kept = {dag_id: row for dag_id, row in self._rows.items() if row.file not in files}
+        self._follow_pauses({dag_id: row for dag_id, row in self._rows.items() if row.file in files}, rows)
+        self._rows = kept | rows
         self._follow_parses(rows)
 
     def _follow_table_list(self) -> None:
@@ -315,8 +330,41 @@ class TableListDagBundle(LocalDagBundle):
     def _shown(self, paths: list[Path]) -> str:
         return ", ".join(str(path.relative_to(self.path)) for path in paths)
 
-    def dag_rows(self) -> dict[str, DagRow]:
-        """This bundle's active DAGs by id, from Airflow's database."""
+    def dag_summaries(self) -> dict[str, FileSummary]:
+        """A summary of each of this bundle's files' active DAGs, from Airflow's database: an aggregate per file, and
+        the ids of the DAGs in each file's rarer pause state (none while a file's DAGs are all paused or all not)."""
+        from airflow.models.dag import DagModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import case, func, select
+
+        active = (DagModel.bundle_name == self.name, ~DagModel.is_stale)
+        counts = select(
+            DagModel.relative_fileloc,
+            func.count(),
+            func.sum(case((DagModel.is_paused, 1), else_=0)),
+            func.max(DagModel.last_parsed_time),
+        ).where(*active)
+        with create_session() as session:
+            per_file: Any = session.execute(counts.group_by(DagModel.relative_fileloc))  # (str, int, int, datetime)
+            files = {str(file): (int(dags), int(paused or 0), _utc(parsed)) for file, dags, paused, parsed in per_file}
+            rarer: dict[str, set[str]] = {file: set() for file in files}
+            for state in (True, False):
+                named = [f for f, (dags, paused, _) in files.items() if _rarer_is_paused(dags, paused) == state]
+                if not named:
+                    continue
+                ids = select(DagModel.dag_id, DagModel.relative_fileloc).where(
+                    *active, DagModel.relative_fileloc.in_(named), DagModel.is_paused == state
+                )
+                for dag_id, file in session.execute(ids):
+                    rarer[str(file)].add(dag_id)
+        return {
+            file: FileSummary(dags, paused, parsed, frozenset(rarer[file]))
+            for file, (dags, paused, parsed) in files.items()
+        }
+
+    def dag_rows(self, files: set[str] | None = None) -> dict[str, DagRow]:
+        """This bundle's active DAGs by id, of ``files`` (relative to the folder) or of all, from Airflow's
+        database."""
         from airflow.models.dag import DagModel
         from airflow.utils.session import create_session
         from sqlalchemy import select
@@ -329,6 +377,8 @@ class TableListDagBundle(LocalDagBundle):
             DagModel.last_parse_duration,
         )
         query = query.where(DagModel.bundle_name == self.name, ~DagModel.is_stale)
+        if files is not None:
+            query = query.where(DagModel.relative_fileloc.in_(sorted(files)))
         with create_session() as session:
             return {
                 dag_id: DagRow(str(fileloc), bool(paused), _utc(parsed), duration)
@@ -345,6 +395,41 @@ class DagRow:
     paused: bool
     last_parsed: datetime | None = None
     parse_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class FileSummary:
+    """One DAG file's active DAGs, in brief: how many, how many paused, their latest parse, and the ids of those in
+    the rarer pause state (paused when as many or fewer are paused than not).
+
+    Two looks with equal summaries saw the same pauses: a DAG is created only by a parse, which moves the latest
+    parse on, and goes only by a deactivation or a deletion, which lowers the count; with the same DAGs, the same
+    count paused and the same ids in the rarer state, each DAG's state is the same.
+    """
+
+    dags: int
+    paused: int
+    last_parsed: datetime | None
+    rarer: frozenset[str]
+
+
+def summarize(rows: dict[str, DagRow]) -> dict[str, FileSummary]:
+    """The summaries of ``rows``' files (what :meth:`TableListDagBundle.dag_summaries` reads from the database)."""
+    by_file: dict[str, dict[str, DagRow]] = {}
+    for dag_id, row in rows.items():
+        by_file.setdefault(row.file, {})[dag_id] = row
+    summaries = {}
+    for file, dags in by_file.items():
+        paused = sum(row.paused for row in dags.values())
+        state = _rarer_is_paused(len(dags), paused)
+        parsed = [row.last_parsed for row in dags.values() if row.last_parsed is not None]
+        rarer = frozenset(dag_id for dag_id, row in dags.items() if row.paused == state)
+        summaries[file] = FileSummary(len(dags), paused, max(parsed, default=None), rarer)
+    return summaries
+
+
+def _rarer_is_paused(dags: int, paused: int) -> bool:
+    return paused <= dags - paused
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,15 @@ class Bundle(TableListDagBundle):
 
     rows: dict[str, DagRow]
 
-    def dag_rows(self) -> dict[str, DagRow]:
-        return dict(self.rows)
+    def dag_summaries(self) -> dict[str, dag_bundle.FileSummary]:
+        return dag_bundle.summarize(self.rows)
+
+    def dag_rows(self, files: set[str] | None = None) -> dict[str, DagRow]:
+        return {dag_id: row for dag_id, row in self.rows.items() if files is None or row.file in files}
 
 
 def _bundle(folder: Path, **rows: DagRow) -> Bundle:
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)  # written last: a minute back, older than the DAG files
     bundle = Bundle(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
     bundle.rows = rows
     bundle.refresh()  # the dag-processor's first refresh: the list is not newer than the DAG files
@@ -197,6 +201,43 @@ def test_a_dag_paused_or_unpaused_marks_its_file_and_only_its_file(folder: Path)
     bundle.rows = {**bundle.rows, "x": DagRow(other, True)}  # another team's DAG, paused: not ours to parse
     bundle.refresh()
     assert _mtimes(folder) == aged
+
+
+def test_one_dag_paused_and_another_unpaused_between_two_looks_is_seen(folder: Path):
+    """The file's count of paused DAGs is the same; its summary's ids of the rarer state are not."""
+    compaction = "iceberg_compaction.py"
+    bundle = _bundle(folder, a=DagRow(compaction, True), b=DagRow(compaction, False), c=DagRow(compaction, False))
+    before = _mtimes(folder)
+    bundle.rows = {**bundle.rows, "a": DagRow(compaction, False), "b": DagRow(compaction, True)}
+    bundle.refresh()
+    assert _mtimes(folder)[compaction] > before[compaction]
+
+
+def test_a_look_at_dags_at_rest_reads_their_summaries_only(folder: Path):
+    """(A file touched and waiting for its parse is read too: the table list here is older than the DAG files.)"""
+
+    class Counted(Bundle):
+        def dag_rows(self, files=None):
+            self.reads.append(files)
+            return super().dag_rows(files)
+
+    compaction = "iceberg_compaction.py"
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
+    bundle = Counted(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
+    bundle.rows = {
+        "a": DagRow(compaction, True),
+        "b": DagRow(compaction, False),
+        "x": DagRow("other/unrelated.py", True),
+    }
+    bundle.reads = []
+    bundle.refresh()
+    assert bundle.reads == [None], "the first look reads every row"
+    bundle.refresh()
+    bundle.refresh()
+    assert bundle.reads == [None], "nothing changed: no row read"
+    bundle.rows = {**bundle.rows, "b": DagRow(compaction, True)}
+    bundle.refresh()
+    assert bundle.reads == [None, {compaction}], "the rows of the file whose summary changed"
 
 
 @pytest.mark.parametrize("created_paused", [True, False])
@@ -361,7 +402,7 @@ def test_a_parse_stored_after_the_touch_is_not_asked_for_again(folder: Path, mon
 
 def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: Path, caplog):
     class Unreachable(Bundle):
-        def dag_rows(self):
+        def dag_summaries(self):
             raise ConnectionError("could not connect to server")
 
     bundle = Unreachable(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
