@@ -149,19 +149,18 @@ class TableListDagBundle(LocalDagBundle):
         """Follow the pauses and parses of the folder's DAGs, reading the rows of only the files whose summary
         changed since the last look, or that were touched and are waiting for their parse: in a fleet at rest, one
         summary row per file."""
-        summaries = self.dag_summaries()
-        before, self._summaries = self._summaries, summaries
+        summaries, before = self.dag_summaries(), self._summaries
         if self._rows is None:  # the first look only remembers: the dag-processor parses every file as it starts
-            self._rows = self.dag_rows()
+            self._rows, self._summaries = self.dag_rows(), summaries
             return
         files = {f for f in summaries.keys() | before.keys() if summaries.get(f) != before.get(f)} | set(self._changed)
-        if not files:
-            return
-        rows = self.dag_rows(files)
-        kept = {dag_id: row for dag_id, row in self._rows.items() if row.file not in files}
-        self._follow_pauses({dag_id: row for dag_id, row in self._rows.items() if row.file in files}, rows)
-        self._rows = kept | rows
-        self._follow_parses(rows)
+        if files:
+            rows = self.dag_rows(files)
+            kept = {dag_id: row for dag_id, row in self._rows.items() if row.file not in files}
+            self._follow_pauses({dag_id: row for dag_id, row in self._rows.items() if row.file in files}, rows)
+            self._rows = kept | rows
+            self._follow_parses(rows)
+        self._summaries = summaries  # once its rows are read: a look that could not read them is repeated
 
     def _follow_table_list(self) -> None:
         """Touch each DAG file that reads the table list and is older than it; one ``stat`` when nothing changed.

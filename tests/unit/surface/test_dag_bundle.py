@@ -240,6 +240,31 @@ def test_a_look_at_dags_at_rest_reads_their_summaries_only(folder: Path):
     assert bundle.reads == [None, {compaction}], "the rows of the file whose summary changed"
 
 
+def test_a_pause_whose_rows_could_not_be_read_is_followed_at_the_next_look(folder: Path, caplog):
+    class Flaky(Bundle):
+        fail = False
+
+        def dag_rows(self, files=None):
+            if self.fail:
+                raise ConnectionError("server closed the connection unexpectedly")
+            return super().dag_rows(files)
+
+    compaction = "iceberg_compaction.py"
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
+    bundle = Flaky(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
+    bundle.rows = {"a": DagRow(compaction, True)}
+    bundle.refresh()
+    before = _mtimes(folder)
+    bundle.rows, bundle.fail = {"a": DagRow(compaction, False)}, True
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert "server closed the connection unexpectedly" in caplog.text
+    assert _mtimes(folder) == before
+    bundle.fail = False
+    bundle.refresh()
+    assert _mtimes(folder)[compaction] > before[compaction]
+
+
 @pytest.mark.parametrize("created_paused", [True, False])
 def test_a_new_dag_counts_as_paused_or_unpaused_only_against_how_airflow_created_it(
     folder: Path, monkeypatch, created_paused: bool
