@@ -180,7 +180,8 @@ class TableListDagBundle(LocalDagBundle):
         list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
         touched = touch_readers(self.path, changed)
         for path in touched:
-            self._changed[str(path.relative_to(self.path))] = Touch(now, list_changed)
+            file = str(path.relative_to(self.path))
+            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file))
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
@@ -236,7 +237,7 @@ class TableListDagBundle(LocalDagBundle):
         touched = [path for path in (self.path / f for f in sorted(flipped)) if is_reader(path) and touch(path)]
         now = datetime.now(timezone.utc)
         for path in touched:
-            self._changed.setdefault(str(path.relative_to(self.path)), Touch(now))
+            self._changed.setdefault(str(path.relative_to(self.path)), Touch(now, had_dags=True))
         if touched:
             log.info(
                 "DAGs were paused or unpaused: the dag-processor parses %s now, so their health watches follow",
@@ -250,7 +251,10 @@ class TableListDagBundle(LocalDagBundle):
 
         The first: Airflow killed the parse at ``[dag_processor] dag_file_processor_timeout`` and took the file as
         parsed (see the module doc). The file is touched again, up to :data:`RETOUCHES` times; a touch while its
-        parse is still queued or under way changes nothing.
+        parse is still queued or under way changes nothing. The time allowed is the time-out and a refresh for
+        each round of ``[dag_processor] parsing_processes`` parses that the files still waiting take, so a file
+        queued behind others is not taken for killed. A file that had no DAGs when touched (the table-list check,
+        while the list is sound) shows no parse, and is not followed past that time.
 
         The second: a parse already under way when the file was touched ends after the touch, so Airflow takes the
         touch as seen. If that parse began before the list changed (by its DAGs' last parse and duration, less
@@ -263,22 +267,29 @@ class TableListDagBundle(LocalDagBundle):
         Airflow will not deactivate it, the file is touched again when the threshold has passed.
         """
         threshold = timedelta(seconds=conf.getint("dag_processor", "stale_dag_threshold"))
-        # A parse's time-out, and a refresh to see it stored.
-        due = timedelta(seconds=conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval)
         slack = timedelta(seconds=STORE_SLACK_SECONDS)
         now = datetime.now(timezone.utc)
+        # (stored, began) of each file's DAGs: when its last parse was stored, and when that parse began at the latest.
+        parses: dict[str, list[tuple[datetime, datetime]]] = {file: [] for file in self._changed}
+        for row in rows.values():
+            if row.file in parses and row.last_parsed is not None:
+                began = row.last_parsed - timedelta(seconds=row.parse_seconds or 0.0)
+                parses[row.file].append((row.last_parsed, began))
+        waiting = [f for f, c in self._changed.items() if not any(stored >= c.touched for stored, _ in parses[f])]
+        rounds = -(-len(waiting) // max(1, conf.getint("dag_processor", "parsing_processes")))
+        # A parse's time-out and a refresh to see it stored, for each round of parses the waiting files take.
+        due = timedelta(
+            seconds=(conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval) * rounds
+        )
         for file, change in list(self._changed.items()):
-            # (stored, began) of each of the file's DAGs: when its last parse was stored, and when that parse began
-            # at the latest.
-            parses = [
-                (row.last_parsed, row.last_parsed - timedelta(seconds=row.parse_seconds or 0.0))
-                for row in rows.values()
-                if row.file == file and row.last_parsed is not None
-            ]
-            after = [began for stored, began in parses if stored >= change.touched]
+            after = [began for stored, began in parses[file] if stored >= change.touched]
             if not after:  # the parse after the touch is not stored yet
-                if now - change.touched > due:
+                if now - change.touched <= due:
+                    continue
+                if change.had_dags:
                     self._touch_again(file, change, now, due)
+                else:
+                    del self._changed[file]
                 continue
             if change.list_changed is None:  # a pause or unpause: its parse is stored
                 del self._changed[file]
@@ -291,7 +302,7 @@ class TableListDagBundle(LocalDagBundle):
                     )
                     self._changed[file] = replace(change, touched=now, again=True)
                     continue
-            left = [stored for stored, _ in parses if stored < change.touched]
+            left = [stored for stored, _ in parses[file] if stored < change.touched]
             if left and max(left) + threshold >= change.touched:  # Airflow would keep these active
                 if now <= max(left) + threshold:
                     continue
@@ -325,6 +336,9 @@ class TableListDagBundle(LocalDagBundle):
                 RETOUCHES,
             )
         self._changed[file] = replace(change, touched=now, retouches=change.retouches + 1)
+
+    def _has_dags(self, file: str) -> bool:
+        return self._rows is not None and any(row.file == file for row in self._rows.values())
 
     def _shown(self, paths: list[Path]) -> str:
         return ", ".join(str(path.relative_to(self.path)) for path in paths)
@@ -433,12 +447,13 @@ def _rarer_is_paused(dags: int, paused: int) -> bool:
 
 @dataclass(frozen=True)
 class Touch:
-    """A DAG file touched: when; when the table list changed (None for a pause or unpause); whether it is the
-    second touch for a parse that began before the change; and how many times it was touched again for a parse not
-    stored in time."""
+    """A DAG file touched: when; when the table list changed (None for a pause or unpause); whether it had DAGs
+    then (a file without shows no parse); whether it is the second touch for a parse that began before the change;
+    and how many times it was touched again for a parse not stored in time."""
 
     touched: datetime
     list_changed: datetime | None = None
+    had_dags: bool = False
     again: bool = False
     retouches: int = 0
 

@@ -413,6 +413,51 @@ def test_a_parse_not_stored_within_the_time_out_is_asked_for_again_then_left_wit
     assert _mtimes(folder) == aged, "no longer followed"
 
 
+def test_a_file_queued_behind_other_parses_is_not_taken_for_killed(folder: Path, monkeypatch, caplog):
+    """Two files wait and one parse runs at a time: the second may wait two time-outs; once the first is stored,
+    one."""
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES", "1")
+    first, second = DAG_FILES
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
+    bundle = Bundle(
+        name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), refresh_interval=0
+    )
+    bundle.rows = {"a": DagRow(first, True, _parsed(3600)), "b": DagRow(second, True, _parsed(3600))}
+    bundle.refresh()
+    bundle.rows = {"a": DagRow(first, False, _parsed(3600)), "b": DagRow(second, False, _parsed(3600))}
+    bundle.refresh()  # both unpaused: both touched
+    for name in DAG_FILES:
+        _age(folder / name, 60 * 10**9)
+    aged = _mtimes(folder)
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    assert _mtimes(folder) == aged, "two files waiting, one parse at a time: two time-outs allowed"
+    assert "No parse" not in caplog.text
+    bundle.rows = {**bundle.rows, "a": DagRow(first, False, _parsed(0))}  # the first stored
+    bundle.refresh()
+    assert _mtimes(folder)[second] > aged[second], "one file waiting, touched over a time-out ago"
+    assert _mtimes(folder)[first] == aged[first]
+
+
+def test_a_touched_file_without_dags_is_not_asked_for_again(folder: Path, monkeypatch, caplog):
+    """The table-list check builds no DAG while the list is sound: no parse of it ever shows."""
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    compaction = "iceberg_compaction.py"
+    bundle = _unpaused(folder, compaction)
+    bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 20.0)}
+    aged = _list_changed(bundle, "tables: [{table: lake.sales.a}]\n", seconds_ago=30)
+    bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 1.0)}
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+        time.sleep(1.1)
+        bundle.refresh()
+    assert _mtimes(folder) == aged
+    assert "No parse" not in caplog.text
+
+
 def test_a_parse_stored_after_the_touch_is_not_asked_for_again(folder: Path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
     compaction = "iceberg_compaction.py"
