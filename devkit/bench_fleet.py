@@ -67,6 +67,9 @@ MIN_SMALL_FILES = 4
 #: How long the scheduler and its workers may take to leave after Airflow is stopped: with 10,000 DAGs on a
 #: saturated machine its loop outlasts the 30 s a test allows.
 STOP_GRACE_SECONDS = 180
+#: Each live Airflow of this run whose processes outlived SIGTERM by STOP_GRACE_SECONDS (then killed): a finding
+#: printed at the end, and the run fails, but the figures measured before it are still reported.
+STOPS_MISSED: list[str] = []
 #: Airflow as the issue measured it: LocalExecutor, parallelism 16; a triggerer with room for every watcher.
 SETTINGS = {"AIRFLOW__CORE__PARALLELISM": "16", "AIRFLOW__TRIGGERER__CAPACITY": "5000"}
 
@@ -135,7 +138,11 @@ def live_airflow(
         print(f"  {mode}: airflow standalone up, {2 * len(fleet)} DAGs parsed in {time.monotonic() - began:.0f} s")
         yield airflow
     finally:
-        airflow.stop(grace=STOP_GRACE_SECONDS)
+        try:
+            airflow.stop(grace=STOP_GRACE_SECONDS)
+        except AssertionError as error:  # stop killed what outlived it: the figures stand, and this is reported
+            STOPS_MISSED.append(f"{mode}: {error}")
+            print(f"  {mode}: {error}; killed them")
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -547,7 +554,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"NOT MEASURED: CPU per cron run, since no cron run finished in the {cron_wall:.0f} s window "
                 "(give it a longer --cron-window)"
             )
-    return 0
+    print(verdict(f"every live Airflow stops within {STOP_GRACE_SECONDS} s of SIGTERM", not STOPS_MISSED))
+    for missed in STOPS_MISSED:
+        print(f"  {missed}")
+    return 1 if STOPS_MISSED else 0
 
 
 if __name__ == "__main__":
