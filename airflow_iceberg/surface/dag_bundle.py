@@ -85,8 +85,8 @@ STORE_SLACK_SECONDS = 5
 
 #: How long a parse of one DAG file may take under the fleet setting (``[dag_processor] dag_file_processor_timeout``,
 #: 50 s by default), in seconds. Airflow counts, in a parse's time, its wait while the dag-processor stores another
-#: file's DAGs: at 5,000 tables (five files of 2,000 DAGs), with the fleet turned on at once, parses took up to 44 s
-#: (``docs/fleets.md``), and two of five files were killed at 50 s. The import itself keeps Airflow's own limit
+#: file's DAGs: at 5,000 tables (five files of 2,000 DAGs), with the fleet turned on at once, parses took up to 53 s
+#: (``docs/performance.md``), and at 50 s two of five files lost their DAGs. The import itself keeps Airflow's own limit
 #: (``[core] dagbag_import_timeout``, 30 s).
 PARSE_TIMEOUT_SECONDS = 120
 
@@ -275,15 +275,16 @@ class TableListDagBundle(LocalDagBundle):
             if row.file in parses and row.last_parsed is not None:
                 began = row.last_parsed - timedelta(seconds=row.parse_seconds or 0.0)
                 parses[row.file].append((row.last_parsed, began))
-        waiting = [f for f, c in self._changed.items() if not any(stored >= c.touched for stored, _ in parses[f])]
-        rounds = -(-len(waiting) // max(1, conf.getint("dag_processor", "parsing_processes")))
+        # When each parse stored since the file's touch began.
+        after = {f: [began for stored, began in parses[f] if stored >= c.touched] for f, c in self._changed.items()}
+        waiting = sum(1 for began in after.values() if not began)
+        rounds = -(-waiting // max(1, conf.getint("dag_processor", "parsing_processes")))
         # A parse's time-out and a refresh to see it stored, for each round of parses the waiting files take.
         due = timedelta(
             seconds=(conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval) * rounds
         )
         for file, change in list(self._changed.items()):
-            after = [began for stored, began in parses[file] if stored >= change.touched]
-            if not after:  # the parse after the touch is not stored yet
+            if not after[file]:  # the parse after the touch is not stored yet
                 if now - change.touched <= due:
                     continue
                 if change.had_dags:
@@ -294,7 +295,7 @@ class TableListDagBundle(LocalDagBundle):
             if change.list_changed is None:  # a pause or unpause: its parse is stored
                 del self._changed[file]
                 continue
-            if not change.again and min(after) - slack < change.list_changed:
+            if not change.again and min(after[file]) - slack < change.list_changed:
                 if touch(self.path / file):
                     log.info(
                         "A parse of %s that began before the table list changed ended after it: parsing it again",

@@ -61,11 +61,14 @@ class Bundle(TableListDagBundle):
         return {dag_id: row for dag_id, row in self.rows.items() if files is None or row.file in files}
 
 
-def _bundle(folder: Path, **rows: DagRow) -> Bundle:
-    _age(folder / "iceberg_tables.yaml", 60 * 10**9)  # written last: a minute back, older than the DAG files
-    bundle = Bundle(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
+def _bundle(folder: Path, kind: type[Bundle] = Bundle, refresh_interval: int | None = None, **rows: DagRow) -> Bundle:
+    """A ``kind`` of bundle on ``folder`` with the DAG ``rows``, after the dag-processor's first refresh; the table
+    list, written last, dated a minute back first, so that it is not newer than the DAG files."""
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
+    interval = {} if refresh_interval is None else {"refresh_interval": refresh_interval}
+    bundle = kind(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), **interval)
     bundle.rows = rows
-    bundle.refresh()  # the dag-processor's first refresh: the list is not newer than the DAG files
+    bundle.refresh()
     return bundle
 
 
@@ -217,20 +220,18 @@ def test_a_look_at_dags_at_rest_reads_their_summaries_only(folder: Path):
     """(A file touched and waiting for its parse is read too: the table list here is older than the DAG files.)"""
 
     class Counted(Bundle):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.reads: list[set[str] | None] = []
+
         def dag_rows(self, files=None):
             self.reads.append(files)
             return super().dag_rows(files)
 
     compaction = "iceberg_compaction.py"
-    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
-    bundle = Counted(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
-    bundle.rows = {
-        "a": DagRow(compaction, True),
-        "b": DagRow(compaction, False),
-        "x": DagRow("other/unrelated.py", True),
-    }
-    bundle.reads = []
-    bundle.refresh()
+    bundle = _bundle(
+        folder, Counted, a=DagRow(compaction, True), b=DagRow(compaction, False), x=DagRow("other/unrelated.py", True)
+    )
     assert bundle.reads == [None], "the first look reads every row"
     bundle.refresh()
     bundle.refresh()
@@ -250,10 +251,7 @@ def test_a_pause_whose_rows_could_not_be_read_is_followed_at_the_next_look(folde
             return super().dag_rows(files)
 
     compaction = "iceberg_compaction.py"
-    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
-    bundle = Flaky(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
-    bundle.rows = {"a": DagRow(compaction, True)}
-    bundle.refresh()
+    bundle = _bundle(folder, Flaky, a=DagRow(compaction, True))
     before = _mtimes(folder)
     bundle.rows, bundle.fail = {"a": DagRow(compaction, False)}, True
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
@@ -367,14 +365,9 @@ def test_a_parse_begun_after_the_list_changed_is_not_repeated(folder: Path, monk
 
 
 def _unpaused(folder: Path, compaction: str) -> Bundle:
-    """A bundle whose DAG 'a' of ``compaction`` was just unpaused, with a parse time-out of 1 s; the file touched for
-    it, then dated a minute back. The table list is older than the DAG files: unchanged."""
-    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
-    bundle = Bundle(
-        name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), refresh_interval=0
-    )
-    bundle.rows = {"a": DagRow(compaction, True, _parsed(3600), 20.0)}
-    bundle.refresh()
+    """A bundle whose DAG 'a' of ``compaction`` was just unpaused; the file touched for it, then dated a minute
+    back. The table list is unchanged."""
+    bundle = _bundle(folder, refresh_interval=0, a=DagRow(compaction, True, _parsed(3600), 20.0))
     bundle.rows = {"a": DagRow(compaction, False, _parsed(3600), 20.0)}
     bundle.refresh()
     _age(folder / compaction, 60 * 10**9)
@@ -419,12 +412,9 @@ def test_a_file_queued_behind_other_parses_is_not_taken_for_killed(folder: Path,
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
     monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES", "1")
     first, second = DAG_FILES
-    _age(folder / "iceberg_tables.yaml", 60 * 10**9)
-    bundle = Bundle(
-        name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), refresh_interval=0
+    bundle = _bundle(
+        folder, refresh_interval=0, a=DagRow(first, True, _parsed(3600)), b=DagRow(second, True, _parsed(3600))
     )
-    bundle.rows = {"a": DagRow(first, True, _parsed(3600)), "b": DagRow(second, True, _parsed(3600))}
-    bundle.refresh()
     bundle.rows = {"a": DagRow(first, False, _parsed(3600)), "b": DagRow(second, False, _parsed(3600))}
     bundle.refresh()  # both unpaused: both touched
     for name in DAG_FILES:
@@ -475,8 +465,7 @@ def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: 
         def dag_summaries(self):
             raise ConnectionError("could not connect to server")
 
-    bundle = Unreachable(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"))
-    bundle.refresh()
+    bundle = _bundle(folder, Unreachable)
     before = _mtimes(folder)
     (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
