@@ -239,6 +239,11 @@ def test_a_look_at_dags_at_rest_reads_their_summaries_only(folder: Path):
     bundle.rows = {**bundle.rows, "b": DagRow(compaction, True)}
     bundle.refresh()
     assert bundle.reads == [None, {compaction}], "the rows of the file whose summary changed"
+    parsed = _parsed(0)  # the parse the pause asked for, stored: the file's summary changes once more
+    bundle.rows = {**bundle.rows, "a": DagRow(compaction, True, parsed), "b": DagRow(compaction, True, parsed)}
+    bundle.refresh()
+    bundle.refresh()
+    assert bundle.reads == [None, {compaction}, {compaction}], "at rest again: its new summary remembered"
 
 
 def test_a_pause_whose_rows_could_not_be_read_is_followed_at_the_next_look(folder: Path, caplog):
