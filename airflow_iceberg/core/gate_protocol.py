@@ -55,6 +55,25 @@ SET w.ack_at = NOW(6), w.ack_snapshot_id = %s, w.seen_at = NOW(6)
 WHERE w.table_name = %s AND w.writer_id = %s AND g.state = 'closed' AND g.lease_expires_at > NOW(6)"""
 
 
+#: How long a writer's mark that it is writing lasts unless renewed: three renewals, so a writer that died
+#: mid-write holds no compaction back for longer than this.
+BUSY_SECONDS = 3 * REGISTER_EVERY_SECONDS
+
+
+#: A writer whose write runs longer than a look at the gate (a batch ``DELETE``, a ``MERGE`` in ``foreachBatch``)
+#: says so before it starts, and every :data:`REGISTER_EVERY_SECONDS` while the write lasts (parameters: table,
+#: writer id, seconds, seconds). A compaction whose gate closes meanwhile waits for that writer's acknowledgement,
+#: which comes after the write commits, and not only for a quiet table: a write under way commits nothing yet.
+WRITER_BUSY_SQL = f"""INSERT INTO {WRITER_TABLE} (table_name, writer_id, seen_at, busy_until)
+VALUES (%s, %s, NOW(6), NOW(6) + INTERVAL %s SECOND)
+ON DUPLICATE KEY UPDATE seen_at = NOW(6), busy_until = NOW(6) + INTERVAL %s SECOND"""
+
+
+#: The write has ended, committed or not (parameters: table, writer id).
+WRITER_DONE_SQL = f"""UPDATE {WRITER_TABLE} SET busy_until = NULL, seen_at = NOW(6)
+WHERE table_name = %s AND writer_id = %s"""
+
+
 #: A writer that stops for good says so (parameters: table, writer id), so compactions stop waiting for it.
 WRITER_LEAVE_SQL = f"""UPDATE {WRITER_TABLE} SET seen_at = NULL, ack_at = NULL
 WHERE table_name = %s AND writer_id = %s"""
@@ -90,7 +109,7 @@ GATE_SELECT_ALL_SQL = (
 )
 GATE_SELECT_SQL = f"{GATE_SELECT_ALL_SQL} WHERE table_name = %s"
 
-WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id FROM {WRITER_TABLE}
+WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id, busy_until FROM {WRITER_TABLE}
     WHERE table_name = %s ORDER BY writer_id"""
 
 #: Applied only after decide_close allowed it, on the row locked as above, and followed by the owner's
@@ -148,6 +167,7 @@ def owner_connection(host: str, port: int, user: str, password: str, database: s
 
 
 NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed
+UNKNOWN_COLUMN = 1054  # MySQL error: the gate tables are older than the statement (busy_until: schema version 8)
 
 
 #: MySQL errors that mean the writer's user may not do what the protocol needs: database, login, table and column

@@ -33,17 +33,23 @@ class GateOwner:
 
 @dataclass(frozen=True)
 class WriterState:
-    """A writer of a gated table as it last reported: when it last read the gate, and its acknowledgement."""
+    """A writer of a gated table as it last reported: when it last read the gate, its acknowledgement, and until when
+    a write of its is under way."""
 
     writer_id: str
     seen_at: datetime | None
     ack_at: datetime | None
     ack_snapshot_id: int | None
+    busy_until: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WriterState:
         return cls(
-            row["writer_id"], database_time(row["seen_at"]), database_time(row["ack_at"]), row["ack_snapshot_id"]
+            row["writer_id"],
+            database_time(row["seen_at"]),
+            database_time(row["ack_at"]),
+            row["ack_snapshot_id"],
+            database_time(row["busy_until"]),
         )
 
 
@@ -132,6 +138,15 @@ class GateState:
             lease = timedelta(0)
         since = self.closed_at - max(lease, timedelta(seconds=WRITER_SEEN_WINDOW_SECONDS))
         return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since)
+
+    def writers_busy(self) -> tuple[WriterState, ...]:
+        """The writers waited for whose write is under way (their mark not yet ended) and who have not acknowledged
+        this closing: the table may look quiet, but each is about to commit."""
+        return tuple(
+            w
+            for w in self.writers_to_wait_for()
+            if w.busy_until is not None and w.busy_until > self.database_now and not self.acknowledged_by(w)
+        )
 
     def acknowledged_by(self, writer: WriterState) -> bool:
         """``writer`` acknowledged this closing of the gate (not an earlier one)."""

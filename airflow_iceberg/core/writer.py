@@ -16,17 +16,23 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import (
+    BUSY_SECONDS,
     NO_SUCH_TABLE,
     REGISTER_EVERY_SECONDS,
+    UNKNOWN_COLUMN,
     WRITER_ACK_SQL,
+    WRITER_BUSY_SQL,
     WRITER_CHECK_SQL,
+    WRITER_DONE_SQL,
     WRITER_LEAVE_SQL,
     WRITER_REGISTER_SQL,
     raise_if_denied,
@@ -67,6 +73,32 @@ def _register(connection: Any, table: str, writer_id: str) -> None:
         if error.args[0] != NO_SUCH_TABLE:
             raise
         connection.rollback()  # no gate tables yet: nothing is gated, nobody waits for this writer
+        return
+    connection.commit()
+
+
+def _mark(connection: Any, table: str, writer_id: str, busy: bool) -> None:
+    """Run :data:`WRITER_BUSY_SQL` (``busy``) or :data:`WRITER_DONE_SQL` and commit it; nothing without gate tables."""
+    import pymysql
+
+    statement, parameters = (
+        (WRITER_BUSY_SQL, (table, writer_id, BUSY_SECONDS, BUSY_SECONDS))
+        if busy
+        else (WRITER_DONE_SQL, (table, writer_id))
+    )
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, parameters)
+    except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as error:
+        if error.args and error.args[0] == UNKNOWN_COLUMN:
+            raise RuntimeError(
+                f"the write gate tables of {table} are older than this writer (schema version 8 added "
+                "iceberg_write_gate_writer.busy_until): run `airflow-iceberg migrate` on the gate's Airflow "
+                f"connection first ({error.args[-1]})"
+            ) from error
+        if not error.args or error.args[0] != NO_SUCH_TABLE:
+            raise
+        connection.rollback()
         return
     connection.commit()
 
@@ -172,11 +204,7 @@ class WriteGateClient:
         return self._connection
 
     def _drop_connection(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.close()
-            except Exception:  # already broken; nothing to release
-                pass
+        _close(self._connection)
         self._connection = None
 
     def verdict(self) -> WriterVerdict:
@@ -247,6 +275,81 @@ class WriteGateClient:
         self._log(f"write gate of {self.table} open after {waited:.1f} s; resuming commits")
         return waited
 
+    @contextmanager
+    def writing(self, last_snapshot_id: Callable[[], int | None]) -> Iterator[float]:
+        """Hold compactions off while one write runs, a write that takes longer than a look at the gate (a batch
+        ``DELETE``, a ``MERGE``); yield the seconds waited for the gate first.
+
+        This writer says it is writing (:data:`WRITER_BUSY_SQL`), then waits while the gate is closed (as
+        :meth:`wait_until_open`, acknowledging with ``last_snapshot_id()``), then runs the block, renewing its mark
+        every :data:`REGISTER_EVERY_SECONDS` from a thread and connection of its own. A compaction whose gate closes
+        meanwhile waits for this writer's acknowledgement, however quiet the table looks. When the block ends,
+        committed or failed, the mark ends, and if the gate has closed meanwhile the pause is acknowledged at once
+        with ``last_snapshot_id()``, the write's own commit; the next write waits for the gate to open.
+
+        A writer that dies mid-write holds no compaction back for more than :data:`BUSY_SECONDS`. While MySQL is
+        away the mark cannot be set, and the write goes ahead by :meth:`verdict`'s rule; the renewals set it once
+        MySQL is back.
+
+        :param last_snapshot_id: Returns the id of this writer's last committed snapshot (the table's newest, read
+            after the write); called only when a pause is acknowledged.
+        """
+        import pymysql
+
+        def mark(connection: Any) -> None:
+            try:
+                _mark(connection, self.table, self.writer_id, busy=True)
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+                raise_if_denied(error, self.table)
+                raise
+
+        try:
+            mark(self._db())
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            self._drop_connection()
+            self._log(f"could not tell the write gate of {self.table} that {self.writer_id} is writing: {error}")
+        waited = 0.0
+        if self.verdict().paused:
+            waited = self.wait_until_open(last_snapshot_id())
+        stop = threading.Event()
+
+        def renew() -> None:
+            connection = None
+            while not stop.wait(REGISTER_EVERY_SECONDS):
+                try:
+                    connection = connection or self._connect()
+                    mark(connection)
+                except Exception as error:  # MySQL away: the next renewal tries again on a new connection
+                    self._log(f"could not renew the writing mark of {self.writer_id} on {self.table}: {error}")
+                    _close(connection)
+                    connection = None
+            _close(connection)
+
+        renewer = threading.Thread(target=renew, name=f"write-gate-busy-{self.table}", daemon=True)
+        renewer.start()
+        try:
+            yield waited
+        finally:
+            stop.set()
+            renewer.join()
+            self._end_write(last_snapshot_id)
+
+    def _end_write(self, last_snapshot_id: Callable[[], int | None]) -> None:
+        """End the writing mark; acknowledge a gate that closed during the write."""
+        import pymysql
+
+        try:
+            _mark(self._db(), self.table, self.writer_id, busy=False)
+        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+            raise_if_denied(error, self.table)
+            self._drop_connection()
+            self._log(
+                f"could not end the writing mark of {self.writer_id} on {self.table} (it ends by itself): {error}"
+            )
+        verdict = self.verdict()
+        if verdict.paused and not verdict.from_cache:
+            self.acknowledge_pause(last_snapshot_id())
+
     def leave(self) -> None:
         """Tell the gate this writer has stopped, so compactions no longer wait for its acknowledgement.
 
@@ -267,6 +370,16 @@ class WriteGateClient:
     def close(self) -> None:
         """Drop the connection; the writer stays registered (call :meth:`leave` first when it stops for good)."""
         self._drop_connection()
+
+
+def _close(connection: Any) -> None:
+    """Close ``connection`` if there is one, ignoring a connection already broken."""
+    if connection is not None:
+        try:
+            connection.close()
+        except Exception:  # already broken; nothing to release
+            pass
+    return None
 
 
 def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:

@@ -115,3 +115,7 @@ ALTER TABLE iceberg_health_check
     ADD COLUMN score        BIGINT NULL COMMENT 'small plus delete files in the partitions needing work, when read',
     ADD COLUMN data_files   BIGINT NULL COMMENT 'data files of its current snapshot (the snapshot summary''s total)',
     ADD COLUMN delete_files BIGINT NULL COMMENT 'delete files of its current snapshot (the snapshot summary''s total)';
+
+-- version 8: a writer in the middle of a long write (a batch DELETE, a MERGE) says so, so no compaction starts under it
+ALTER TABLE iceberg_write_gate_writer
+    ADD COLUMN busy_until TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'writing until then, unless renewed; NULL between writes';

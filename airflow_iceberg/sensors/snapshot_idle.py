@@ -85,12 +85,13 @@ class SnapshotIdleSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         check = self._last_check = self._bounded_check(context)
         self.log.info(
-            "%s quiet for %.1f s of %d s; writers acknowledged: %s of %s",
+            "%s quiet for %.1f s of %d s; writers acknowledged: %s of %s; writing: %s",
             self.table,
             check.quiet_seconds,
             self.idle_seconds,
             list(check.writers_acknowledged),
             list(check.writers),
+            list(check.writers_busy),
         )
         return PokeReturnValue(is_done=check.done, xcom_value=check.as_xcom())
 

@@ -62,12 +62,15 @@ class IdleCheck:
     #: The writers waited for (seen within a lease of the closing), and those that acknowledged it.
     writers: tuple[str, ...] = ()
     writers_acknowledged: tuple[str, ...] = ()
+    #: The writers waited for whose write was under way, unacknowledged: a quiet table is not idle while one is.
+    writers_busy: tuple[str, ...] = ()
 
     def as_xcom(self) -> dict[str, Any]:
         return {
             "done_by": "writer acknowledgement" if self.acknowledged else "idle window",
             "writers": list(self.writers),
             "writers_acknowledged": list(self.writers_acknowledged),
+            "writers_busy": list(self.writers_busy),
             "quiet_seconds": round(self.quiet_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
@@ -100,6 +103,13 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
             f"connection {write_gate_conn_id!r}"
         )
     missing = sorted(set(check.writers) - set(check.writers_acknowledged))
+    if check.writers_busy:
+        return (
+            f"writers {list(check.writers_busy)} of {table} were still in the middle of a write (a batch statement "
+            f"or a MERGE that had not committed) when the wait ran out, {check.quiet_seconds:.0f} s after the "
+            f"table's last commit ({waited_for}). Each acknowledges the pause once its write commits: give the wait "
+            "more time (half of the table's max_pause_seconds), or run such writes between compactions"
+        )
     return (
         f"{table} was quiet for {check.quiet_seconds:.0f} s of the {check.idle_seconds} s required, and "
         f"{'writers ' + str(missing) + ' did not acknowledge the pause' if missing else 'no writer acknowledged it'}"
@@ -115,7 +125,8 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     acknowledged this closing, and the table's newest snapshot is one of the snapshots they acknowledged as
     their last commits; or, when some writer has not acknowledged (or none reports at all), no snapshot has
     been committed for ``idle_seconds``, counted from the later of the gate's close time and the newest
-    snapshot, by the database clock.
+    snapshot, by the database clock, and no writer that has not acknowledged is in the middle of a write
+    (:meth:`GateState.writers_busy`): its commit is still to come.
 
     Raises :class:`LeaseLostError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
@@ -126,6 +137,7 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
     expected = gate.writers_to_wait_for()
     acknowledging = tuple(w for w in expected if gate.acknowledged_by(w))
+    busy = gate.writers_busy()
     acknowledged = (
         bool(expected)
         and len(acknowledging) == len(expected)
@@ -134,7 +146,8 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     return IdleCheck(
         writers=tuple(w.writer_id for w in expected),
         writers_acknowledged=tuple(w.writer_id for w in acknowledging),
-        done=acknowledged or quiet_seconds >= idle_seconds,
+        writers_busy=tuple(w.writer_id for w in busy),
+        done=acknowledged or (quiet_seconds >= idle_seconds and not busy),
         acknowledged=acknowledged,
         quiet_seconds=quiet_seconds,
         idle_seconds=idle_seconds,
@@ -270,9 +283,17 @@ class SnapshotIdleTrigger(BaseTrigger):
             if check.done:
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})
                 return
-            self.log.info("%s quiet for %.1f s of %d s", self.table, check.quiet_seconds, check.idle_seconds)
-            # Wake at the moment the window would end, unless a poke is due sooner, or the wait ends.
-            pause = max(0.5, min(self.poke_interval, check.idle_seconds - check.quiet_seconds))
+            self.log.info(
+                "%s quiet for %.1f s of %d s; writing: %s",
+                self.table,
+                check.quiet_seconds,
+                check.idle_seconds,
+                list(check.writers_busy),
+            )
+            # Wake at the moment the window would end, unless a poke is due sooner (a write under way ends it by an
+            # acknowledgement, not by the window), or the wait ends.
+            window_left = check.idle_seconds - check.quiet_seconds
+            pause = self.poke_interval if check.writers_busy else max(0.5, min(self.poke_interval, window_left))
             if ends_at is not None:
                 left = (ends_at - datetime.now(timezone.utc)).total_seconds()
                 if left <= 0:

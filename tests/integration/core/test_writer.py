@@ -10,9 +10,11 @@ import time
 
 import pymysql
 
+from airflow_iceberg.core import writer as writer_module
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import WriteGateClient, check_gate
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.triggers.snapshot_idle import Snapshot, decide_idle
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")
@@ -140,3 +142,57 @@ def test_during_a_mysql_outage_a_writer_whose_gate_was_open_keeps_committing(gat
     client._drop_connection()
     down["yes"] = True
     assert client.may_commit()
+
+
+def _await(condition, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"{what} not met in {timeout} s"
+        time.sleep(0.05)
+    return value
+
+
+def test_a_write_under_way_holds_a_compaction_back_until_it_commits_and_acknowledges(
+    gate_hook, gate_table, monkeypatch
+):
+    """A batch statement has committed nothing yet: the table is quiet, but the closing waits for the writer."""
+    monkeypatch.setattr(writer_module, "REGISTER_EVERY_SECONDS", 0.2)  # renew the mark every 0.2 s, not 10
+    client = gate_client(gate_hook, gate_table, writer_id="gdpr-delete", poke_interval=0.1, log=lambda m: None)
+    with client.writing(lambda: 42) as waited:  # 42: the snapshot the write commits
+        assert waited == 0.0
+        gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+        state = gate_hook.get_state(gate_table)
+        check = decide_idle(state, RUN_A, Snapshot(41, state.database_now), idle_seconds=0)
+        assert (check.done, check.writers_busy) == (False, ("gdpr-delete",))
+        marked = state.writers[0].busy_until
+        _await(lambda: gate_hook.get_state(gate_table).writers[0].busy_until > marked, what="a renewal of the mark")
+    state = gate_hook.get_state(gate_table)
+    [writer] = state.writers
+    assert writer.busy_until is None and state.acknowledged_by(writer) and writer.ack_snapshot_id == 42
+    check = decide_idle(state, RUN_A, Snapshot(42, state.database_now), idle_seconds=3600)
+    assert check.done and check.acknowledged and check.writers_busy == ()
+
+
+def test_a_write_begun_while_the_gate_is_closed_waits_for_it_to_open_acknowledging_first(gate_hook, gate_table):
+    client = gate_client(gate_hook, gate_table, writer_id="gdpr-delete", poke_interval=0.1, log=lambda m: None)
+    gate_hook.close_gate(gate_table, RUN_A, lease_seconds=600)
+    ran = threading.Event()
+    waits: list[float] = []
+
+    def write() -> None:
+        with client.writing(lambda: 7) as waited:
+            waits.append(waited)
+            ran.set()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    state = _await(
+        lambda: (s := gate_hook.get_state(gate_table)).writers and s.acknowledged_by(s.writers[0]) and s,
+        what="the writer's acknowledgement",
+    )
+    assert state.writers[0].ack_snapshot_id == 7 and not ran.is_set()
+    assert decide_idle(state, RUN_A, Snapshot(7, state.database_now), idle_seconds=3600).done
+    gate_hook.open_gate(gate_table, RUN_A)
+    thread.join(timeout=10)
+    assert ran.is_set() and waits[0] > 0
+    assert gate_hook.get_state(gate_table).writers[0].busy_until is None

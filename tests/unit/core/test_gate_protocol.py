@@ -24,10 +24,17 @@ def java_string_constants(source: str) -> dict[str, str]:
     return constants
 
 
+#: The writer statements only writes that run longer than a look at the gate need (a batch statement, a MERGE in
+#: ``foreachBatch``); the Flink source's writes are its checkpoints, whose commits it acknowledges.
+PYTHON_ONLY = {"WRITER_BUSY_SQL", "WRITER_DONE_SQL"}
+
+
 def python_statements() -> dict[str, str]:
-    """Every writer statement of the Python client, by name."""
+    """Every writer statement of the Python client that the Flink source runs too, by name."""
     return {
-        name: sql for name, sql in vars(gate_protocol).items() if name.startswith("WRITER_") and name.endswith("_SQL")
+        name: sql
+        for name, sql in vars(gate_protocol).items()
+        if name.startswith("WRITER_") and name.endswith("_SQL") and name not in PYTHON_ONLY
     }
 
 

@@ -125,6 +125,7 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
         "writer_id": "ingest",
         "seen_at": naive,
         "ack_at": naive + timedelta(seconds=2),
+        "busy_until": naive + timedelta(seconds=30),
     }
 
     state = GateState.from_row(row, (WriterState.from_row(writer_row),))
@@ -133,6 +134,7 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
     assert state.pause_deadline == NOW + timedelta(hours=2)
     assert state.held_by(RUN_A) and state.acknowledged_by(state.writers[0])
     assert state.writers[0].ack_snapshot_id == 42 and state.writers[0].seen_at.tzinfo is timezone.utc
+    assert state.writers[0].busy_until == NOW + timedelta(seconds=30)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "60", True, None])

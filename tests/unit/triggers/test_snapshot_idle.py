@@ -17,10 +17,13 @@ RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def writer(name: str, *, seen: float | None = -5, ack_after: float | None = None, ack_snapshot=None) -> WriterState:
-    """A writer last seen ``seen`` seconds after CLOSED_AT (None: it left), acknowledging ``ack_after`` s after it."""
+def writer(
+    name: str, *, seen: float | None = -5, ack_after: float | None = None, ack_snapshot=None, busy: float | None = None
+) -> WriterState:
+    """A writer last seen ``seen`` seconds after CLOSED_AT (None: it left), acknowledging ``ack_after`` s after it,
+    and writing until ``busy`` s after it (None: between writes)."""
     at = lambda seconds: None if seconds is None else CLOSED_AT + timedelta(seconds=seconds)  # noqa: E731
-    return WriterState(name, at(seen), at(ack_after), ack_snapshot)
+    return WriterState(name, at(seen), at(ack_after), ack_snapshot, at(busy))
 
 
 def gate(seconds_after_close: float, *, owner=RUN, writers: tuple[WriterState, ...] = ()) -> GateState:
@@ -119,6 +122,38 @@ def test_a_newest_snapshot_nobody_acknowledged_falls_back_to_the_window():
     # Both writers acknowledged, but a snapshot neither of them committed last is the newest: someone else writes.
     writers = (writer("a", ack_after=1, ack_snapshot=5), writer("b", ack_after=1, ack_snapshot=6))
     assert not decide_idle(gate(2, writers=writers), RUN, snapshot(9, 0.5), idle_seconds=1800).done
+
+
+def test_a_writer_in_the_middle_of_a_write_keeps_a_quiet_table_from_counting_as_idle():
+    """A batch DELETE has committed nothing yet: the table is quiet, but its commit is to come."""
+    deleting = writer("gdpr-delete", seen=100, busy=125)  # renewed its mark 100 s after the closing
+    check = decide_idle(gate(110, writers=(deleting,)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert (check.done, check.quiet_seconds, check.writers_busy) == (False, 110, ("gdpr-delete",))
+    assert check.as_xcom()["writers_busy"] == ["gdpr-delete"]
+    done = writer("gdpr-delete", seen=120, ack_after=120, ack_snapshot=8)  # committed 8, then acknowledged
+    check = decide_idle(gate(121, writers=(done,)), RUN, snapshot(8, 119), idle_seconds=60)
+    assert check.done and check.acknowledged and check.writers_busy == ()
+
+
+def test_a_busy_mark_that_ran_out_or_an_acknowledged_one_holds_nothing_back():
+    died = writer("gdpr-delete", seen=10, busy=40)  # stopped renewing its mark mid-write: it ends 30 s later
+    check = decide_idle(gate(70, writers=(died,)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert check.done and check.writers_busy == ()
+    between = writer("ingest", seen=-1, busy=None)  # a stream between two batches: the window applies
+    assert decide_idle(gate(60, writers=(between,)), RUN, snapshot(7, -100), idle_seconds=60).done
+    paused = writer("ingest", seen=1, ack_after=1, ack_snapshot=6, busy=30)  # marked, then found the gate closed
+    other = writer("batch", seen=-5)
+    check = decide_idle(gate(60, writers=(paused, other)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert check.done and not check.acknowledged and check.writers_busy == ()
+
+
+def test_a_wait_that_ends_while_a_writer_is_busy_says_so():
+    check = decide_idle(gate(200, writers=(writer("gdpr-delete", seen=195, busy=220),)), RUN, None, idle_seconds=60)
+    message = snapshot_idle.why_not_idle(check, "lake.db.t", "write_gate_default")
+    assert message.startswith(
+        "writers ['gdpr-delete'] of lake.db.t were still in the middle of a write (a batch statement or a MERGE "
+        "that had not committed) when the wait ran out, 200 s after the table's last commit"
+    )
 
 
 @pytest.mark.parametrize(
