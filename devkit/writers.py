@@ -354,6 +354,7 @@ class BatchChangesJob(IngestJob):
     :param keys: How many keys it owns.
     :param interval_seconds: Seconds between two statements.
     :param max_attempts: Tries of one statement before it counts as lost.
+    :param layout: The table's columns: ``cdc`` (``devkit/cdc.py``'s) or ``events`` (:class:`IngestJob`'s).
     """
 
     script = "batch_changes.py"
@@ -370,9 +371,11 @@ class BatchChangesJob(IngestJob):
         gated: bool = True,
         exclusive: bool = False,
         writer_id: str = "batch-changes",
+        layout: str = "cdc",
     ) -> None:
         super().__init__(config, workdir, gated=gated, writer_id=writer_id)
         self.exclusive = exclusive
+        self.layout = layout
         self.first_key = first_key
         self.keys = keys
         self.interval_seconds = interval_seconds
@@ -388,5 +391,7 @@ class BatchChangesJob(IngestJob):
             str(self.interval_seconds),
             "--max-attempts",
             str(self.max_attempts),
+            "--layout",
+            self.layout,
             *(["--exclusive"] if self.exclusive else []),
         ]

@@ -10,10 +10,11 @@ It inserts its keys first (round 0), then every ``--interval-seconds``, in turns
 
 On a merge-on-read table each commits delete files, which a rewrite committing meanwhile conflicts with. A failed
 statement is retried, up to ``--max-attempts`` in all; one that fails every time is lost, and counted. With the gate
-arguments it takes the gate as a writer does: it waits while the gate is closed (acknowledging the pause with its
-last snapshot), so that no compaction starts under a statement. With ``--exclusive`` as well, it holds the gate for
-each statement instead (``GateHolder``): the stream pauses and acknowledges before the statement runs and resumes
-after it commits, so the statement meets neither a compaction's commit nor the stream's. Its own state, what the
+arguments it takes the gate as a writer does, through the shipped helper ``spark_writers.gated_write``: each
+statement waits while the gate is closed (acknowledging the pause with its last snapshot), and no compaction
+starts under it. With ``--exclusive`` as well, it holds the gate for each statement instead
+(``spark_writers.exclusive_write``): the stream pauses and acknowledges before the statement runs and resumes after
+it commits, so the statement meets neither a compaction's commit nor the stream's. Its own state, what the
 table's rows of its keys should be, is updated only by a statement that committed; the final status line holds its
 count and digest.
 """
@@ -28,20 +29,23 @@ import sys
 import time
 import uuid
 import zlib
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from airflow_iceberg.core.gate_holder import GateHolder
 from airflow_iceberg.core.gate_protocol import owner_connection
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.spark_writers import exclusive_write, gated_write, newest_snapshot_id, quoted
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import GATE_PASSWORD_ENV, add_gate_arguments, client_from_arguments
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", required=True, help="catalog.namespace.table, keyed by id, columns id, v, seq")
+    parser.add_argument("--table", required=True, help="catalog.namespace.table, with the --layout's columns")
+    parser.add_argument("--layout", choices=sorted(LAYOUTS), default="cdc", help="the table's columns (LAYOUTS)")
     parser.add_argument("--job-secrets", default=None, help="the secrets file written for this job")
     parser.add_argument("--status-file", required=True, type=Path)
     parser.add_argument("--stop-file", required=True, type=Path)
@@ -54,21 +58,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def statements(table: str, first: int, keys: int, round_: int) -> tuple[str, str]:
-    """Round ``round_``'s kind and statement (round 0: the insert of every key)."""
-    if round_ == 0:
-        rows = f"SELECT id, concat('b', CAST(id AS STRING), '_0') AS v, 0L AS seq FROM range({first}, {first + keys})"
-        return "insert", f"INSERT INTO {table} {rows}"
-    if round_ % 2 == 1:
-        return "delete", f"DELETE FROM {table} WHERE v LIKE 'b%' AND seq % 3 = {round_ % 3}"
-    source = (
-        f"SELECT id, concat('b', CAST(id AS STRING), '_{round_}') AS v, {round_}L AS seq "
-        f"FROM range({first}, {first + keys}) WHERE id % 4 = {round_ % 4}"
+#: The tables it writes, by the names of their key, value and sequence columns: the CDC stream's (``devkit/cdc.py``)
+#: and the reference streaming writer's (``gated_ingest.py``, which has an event time as well).
+LAYOUTS = {"cdc": ("id", "v", "seq"), "events": ("key", "payload", "value")}
+
+
+def _rows(layout: str, first: int, keys: int, round_: int, where: str = "") -> str:
+    """This job's rows of round ``round_`` for keys ``first`` to ``first + keys``, in the table's column order."""
+    text = f"concat('b', CAST(id AS STRING), '_{round_}')"
+    columns = (
+        f"id, {text} AS v, {round_}L AS seq"
+        if layout == "cdc"
+        else f"id AS key, {round_}L AS value, {text} AS payload, current_timestamp() AS ts"
     )
+    return f"SELECT {columns} FROM range({first}, {first + keys}){where}"
+
+
+def statements(table: str, first: int, keys: int, round_: int, layout: str = "cdc") -> tuple[str, str]:
+    """Round ``round_``'s kind and statement (round 0: the insert of every key)."""
+    key, value, seq = LAYOUTS[layout]
+    if round_ == 0:
+        return "insert", f"INSERT INTO {table} {_rows(layout, first, keys, 0)}"
+    if round_ % 2 == 1:
+        return "delete", f"DELETE FROM {table} WHERE {value} LIKE 'b%' AND {seq} % 3 = {round_ % 3}"
+    source = _rows(layout, first, keys, round_, f" WHERE id % 4 = {round_ % 4}")
     return "merge", (
-        f"MERGE INTO {table} t USING ({source}) s ON t.id = s.id "
-        "WHEN MATCHED THEN UPDATE SET v = s.v, seq = s.seq "
-        "WHEN NOT MATCHED THEN INSERT (id, v, seq) VALUES (s.id, s.v, s.seq)"
+        f"MERGE INTO {table} t USING ({source}) s ON t.{key} = s.{key} "
+        f"WHEN MATCHED THEN UPDATE SET {value} = s.{value}, {seq} = s.{seq} "
+        "WHEN NOT MATCHED THEN INSERT *"
     )
 
 
@@ -86,7 +103,7 @@ def apply(state: dict[int, tuple[str, int]], first: int, keys: int, round_: int)
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = TableName.parse(args.table)
-    quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
+    table = quoted(name)
 
     from pyspark.sql import SparkSession
 
@@ -107,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         holder = GateHolder(str(name), connect, owner, lease_seconds=120)
     gate = None if holder else client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
 
-    def held() -> AbstractContextManager[object]:
-        """The statement's hold on the gate, if it takes one; a lost lease cancels its Spark jobs."""
-        if holder is None:
-            return nullcontext()
-        return holder.hold(on_lost=lambda reason: spark.sparkContext.cancelAllJobs())
+    @contextmanager
+    def gated() -> Iterator[float]:
+        """One statement's take on the gate (holding it, as a writer, or none: the ungated control); yields the
+        seconds it waited for the gate as a writer."""
+        if holder is not None:
+            with exclusive_write(spark, holder):
+                yield 0.0
+        elif gate is not None:
+            with gated_write(spark, gate, name) as waited:
+                yield waited
+        else:
+            yield 0.0
 
     state: dict[int, tuple[str, int]] = {}
     counts = {"statements": 0, "attempts": 0, "failed_attempts": 0, "lost": 0, "paused_s": 0.0}
@@ -130,14 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         round_ = 0
         while not args.stop_file.exists():
-            if gate is not None:
-                counts["paused_s"] += gate.wait_until_open(last_snapshot)
-            kind, statement = statements(quoted, args.first_key, args.keys, round_)
+            kind, statement = statements(table, args.first_key, args.keys, round_, args.layout)
             counts["statements"] += 1
             for attempt in range(1, args.max_attempts + 1):
                 counts["attempts"] += 1
                 try:
-                    with held():
+                    with gated() as waited:
+                        counts["paused_s"] += waited
                         spark.sql(statement)
                 except Exception as error:  # a failed commit: nothing of it is in the table; try again
                     counts["failed_attempts"] += 1
@@ -149,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 apply(state, args.first_key, args.keys, round_)
                 break
-            snapshot = spark.sql(f"SELECT snapshot_id FROM {quoted}.snapshots ORDER BY committed_at DESC LIMIT 1")
-            last_snapshot = snapshot.collect()[0][0]
+            last_snapshot = newest_snapshot_id(spark, name)
             status.write(json.dumps({"round": round_, "kind": kind, "at": time.time(), **counts}) + "\n")
             round_ += 1
             wait(args.interval_seconds)

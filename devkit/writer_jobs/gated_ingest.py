@@ -2,16 +2,17 @@
 
 Use it as the template for your own Spark writer. What makes it safe next to a gated compaction:
 
-1. **Check the gate before every commit**, inside ``foreachBatch``: ``gate.wait_until_open(last_snapshot_id)``.
-   While the gate is closed the batch function blocks, so nothing is committed, no record is dropped and the
-   streaming offsets do not advance; the source's backlog simply grows until the gate opens (or its lease
-   ends) and the next commit takes it.
-2. **Acknowledge the pause** with the id of the last snapshot this writer committed (``wait_until_open`` does
-   it), so the compaction starts at once instead of waiting out an idle window.
-3. **Reload the table after a pause** (``REFRESH TABLE``, and the catalog's ``cache-enabled=false``): the
-   compaction has replaced data files, and a MERGE planned on the old file list would write position deletes
-   against files that no longer exist (Iceberg then refuses the commit: ``Cannot commit, missing data files``).
-4. **Make every batch idempotent**: a restart from the checkpoint may replay the last batch. A MERGE that
+1. **Run every batch through the shipped helper**, ``airflow_iceberg.core.spark_writers.gated_foreach_batch``.
+   It checks the gate before each batch's write: while the gate is closed the batch function blocks, so nothing
+   is committed, no record is dropped and the streaming offsets do not advance; the source's backlog simply grows
+   until the gate opens (or its lease ends) and the next commit takes it. It acknowledges the pause with the id
+   of the table's last snapshot, so the compaction starts at once instead of waiting out an idle window, and it
+   marks the write as under way, so a compaction whose gate closes during a long MERGE waits for it.
+2. **Reload the table after a pause** (the helper runs ``REFRESH TABLE``; give the catalog ``cache-enabled=false``
+   too): the compaction has replaced data files, and a MERGE planned on the old file list would write position
+   deletes against files that no longer exist (Iceberg then refuses the commit: ``Cannot commit, missing data
+   files``).
+3. **Make every batch idempotent**: a restart from the checkpoint may replay the last batch. A MERGE that
    applies each key's latest event is idempotent.
 
 The source is Spark's ``rate`` source, so the stream is deterministic: event ``value`` (0, 1, 2, ...) is an
@@ -36,6 +37,7 @@ from pathlib import Path
 from ingest_events import DELETE_AT, DELETE_EVERY
 
 from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.spark_writers import gated_foreach_batch, newest_snapshot_id, quoted
 from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
@@ -76,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = TableName.parse(args.table)
-    quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
+    table = quoted(name)
 
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession, Window
@@ -97,15 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     state = {"last_snapshot_id": None, "max_value": -1, "batches": 0, "failed_commits": 0, "failures": []}
     status = args.status_file.open("a", buffering=1)
 
-    def current_snapshot_id(session) -> int | None:
-        rows = session.sql(f"SELECT snapshot_id FROM {quoted}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
-        return rows[0][0] if rows else None
-
     stop_requested = threading.Event()
 
-    def commit_batch(batch, batch_id: int) -> None:
-        if stop_requested.is_set():
-            raise StopRequested(STOP_MARKER)
+    def merge_batch(batch, batch_id: int) -> None:
         session = batch.sparkSession
         events = batch.select(
             (F.col("value") % args.keys).alias("key"),
@@ -125,18 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         if summary[0] == 0:
             latest.unpersist()
             return
-        paused = 0.0
-        if gate is not None:
-            paused = gate.wait_until_open(state["last_snapshot_id"])
-            if paused:
-                session.sql(f"REFRESH TABLE {quoted}")
+        paused = gated.waited if gated is not None else 0.0
         view = f"gated_ingest_batch_{batch_id}"
         latest.createOrReplaceTempView(view)
         started = time.time()
         for attempt in range(1, MAX_COMMIT_ATTEMPTS + 1):
             try:
                 session.sql(
-                    f"MERGE INTO {quoted} t USING {view} s ON t.key = s.key "
+                    f"MERGE INTO {table} t USING {view} s ON t.key = s.key "
                     "WHEN MATCHED AND s.op = 'D' THEN DELETE "
                     "WHEN MATCHED THEN UPDATE SET t.value = s.value, t.payload = s.payload, t.ts = s.ts "
                     "WHEN NOT MATCHED AND s.op = 'U' THEN INSERT (key, value, payload, ts) "
@@ -150,11 +142,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"COMMIT FAILED (batch {batch_id}, attempt {attempt}): {message}", flush=True)
                 if attempt == MAX_COMMIT_ATTEMPTS:
                     raise
-                session.sql(f"REFRESH TABLE {quoted}")
+                session.sql(f"REFRESH TABLE {table}")
         committed = time.time()
         session.catalog.dropTempView(view)
         latest.unpersist()
-        state["last_snapshot_id"] = current_snapshot_id(session)
+        state["last_snapshot_id"] = newest_snapshot_id(session, name)
         state["max_value"] = max(state["max_value"], summary[1])
         state["batches"] += 1
         oldest = stats[1].timestamp() if stats[1] is not None else committed
@@ -170,6 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             "failed_commits": state["failed_commits"],
         }
         status.write(json.dumps(record) + "\n")
+
+    gated = gated_foreach_batch(gate, name, merge_batch) if gate is not None else None
+
+    def commit_batch(batch, batch_id: int) -> None:
+        if stop_requested.is_set():
+            raise StopRequested(STOP_MARKER)
+        (gated or merge_batch)(batch, batch_id)
 
     source = spark.readStream.format("rate").option("rowsPerSecond", args.rows_per_second).load()
     query = (
