@@ -303,14 +303,18 @@ class WriteGateClient:
                 raise_if_denied(error, self.table)
                 raise
 
-        try:
-            mark(self._db())
-        except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
-            self._drop_connection()
-            self._log(f"could not tell the write gate of {self.table} that {self.writer_id} is writing: {error}")
+        def mark_here() -> None:
+            try:
+                mark(self._db())
+            except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
+                self._drop_connection()
+                self._log(f"could not tell the write gate of {self.table} that {self.writer_id} is writing: {error}")
+
+        mark_here()
         waited = 0.0
         if self.verdict().paused:
             waited = self.wait_until_open(last_snapshot_id())
+            mark_here()  # the mark set before the pause may have run out meanwhile
         stop = threading.Event()
 
         def renew() -> None:
