@@ -106,6 +106,8 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
         "airflow_iceberg/spark_jobs/run_procedure.py",
         "airflow_iceberg/core/procedures.py",  # the core the job imports, shipped to Spark as a zip of these
         "airflow_iceberg/core/writer.py",
+        "airflow_iceberg/core/spark_writers.py",  # the Spark writers' helpers
+        "airflow_iceberg/core/gate_holder.py",
         "airflow_iceberg/example_dags/iceberg_compaction.py",  # the DAG files, from dags/
         "airflow_iceberg/example_dags/iceberg_table_list_check.py",
         "airflow_iceberg/example_dags/iceberg_tables.yaml",
