@@ -46,14 +46,15 @@ def spark_job_hook(
     *,
     name: str,
     gated: bool = True,
+    gate_conn_id: str | None = None,
     log_file: Path | None = None,
     on_line: Callable[[str], None] | None = None,
 ) -> IcebergSparkSubmitHook:
     """A hook that submits a writer job (or the provider's procedure job) on ``config.table``, ``--table`` first.
 
-    With ``gated``, the writer gets the gate's database from ``config.write_gate_conn_id`` (its password in
-    the environment). With ``log_file``, spark-submit's output is also appended there, and ``on_line`` is
-    called with each line of it.
+    With ``gated``, the writer gets the gate's database from ``gate_conn_id``, else the writers' connection
+    (:data:`WRITER_CONN_ENV`), else ``config.write_gate_conn_id``, its password in the environment. With
+    ``log_file``, spark-submit's output is also appended there, and ``on_line`` is called with each line of it.
     """
     table = config.table
     catalog = spark_settings_for_connection(table.catalog, config.catalog_conn_id)
@@ -61,7 +62,8 @@ def spark_job_hook(
     # The job reads and deletes it; its directory, empty then, stays behind in the temporary folder.
     args = ["--table", str(table), "--job-secrets", str(write_job_secrets(catalog.job_secrets))]
     if gated:
-        gate = WriteGateHook(os.environ.get(WRITER_CONN_ENV) or config.write_gate_conn_id).connection_settings()
+        conn_id = gate_conn_id or os.environ.get(WRITER_CONN_ENV) or config.write_gate_conn_id
+        gate = WriteGateHook(conn_id).connection_settings()
         args += [
             "--gate-host",
             gate["host"],
@@ -169,6 +171,8 @@ class IngestJob:
     """
 
     script = "gated_ingest.py"
+    #: The gate connection of a job that needs more than a writer's grants; None: the writers' connection.
+    gate_conn_id: str | None = None
 
     def __init__(
         self,
@@ -225,6 +229,7 @@ class IngestJob:
             args,
             name=f"{self.writer_id}-{self.config.table}",
             gated=self.gated,
+            gate_conn_id=self.gate_conn_id,
             log_file=self.workdir / "spark-submit.log",
             on_line=self.output.append,
         )
@@ -375,6 +380,8 @@ class BatchChangesJob(IngestJob):
     ) -> None:
         super().__init__(config, workdir, gated=gated, writer_id=writer_id)
         self.exclusive = exclusive
+        if exclusive:  # it holds the gate: Airflow's grants, not a writer's
+            self.gate_conn_id = config.write_gate_conn_id
         self.layout = layout
         self.first_key = first_key
         self.keys = keys
