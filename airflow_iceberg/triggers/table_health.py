@@ -14,7 +14,8 @@ A sweep, for every watched table:
   (:func:`airflow_iceberg.planning.screen.screen`); a table whose snapshot did not change keeps its last decision;
 - decides by :func:`airflow_iceberg.planning.plan.plan_table`, the rule ``plan_compaction`` applies when the run starts;
 - starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
-  or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago: one event per need;
+  or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event
+  asked for has not been created yet (:data:`RUN_APPEAR_SECONDS`): one event per need;
 - writes what it decided for each table to the gate database (``iceberg_health_check``), for the fleet page and
   ``airflow-iceberg report``.
 
@@ -32,7 +33,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow.sdk import Asset, AssetWatcher
@@ -48,6 +49,13 @@ from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
 HEALTH_STREAM = "airflow-iceberg-table-health"
 #: The run states in which a table's run counts as pending: no second run is started meanwhile.
 PENDING_RUN_STATES = ["queued", "running"]
+#: How long, at most, the watch holds a table back until the run its event asked for appears. Airflow's scheduler
+#: creates asset-triggered runs a few per loop (``[scheduler] max_dagruns_to_create_per_loop``, 10), so after a burst
+#: of events a run may be created minutes after its event, and until then its DAG has no queued run: a table whose
+#: cool-down ended meanwhile would get a second event (seen with 200 tables needing work at once).
+RUN_APPEAR_SECONDS = 1800.0
+#: The difference allowed between the triggerer's clock and the gate database's when matching a run record.
+CLOCK_SKEW_SECONDS = 5.0
 
 # The watchers subscribed to each shared stream, by table: the sweep checks each with its own settings. Filled and
 # emptied by TableHealthTrigger.filter_shared_stream, in the triggerer's one event loop.
@@ -224,6 +232,8 @@ class TableMemory:
     facts: SnapshotFacts
     last_read: ManifestRead | None = None
     started_at: float | None = None  # monotonic time of the last event
+    started_wall: datetime | None = None  # the same, by the wall clock (UTC), to compare with run records
+    run_seen: bool = True  # a run of the DAG was seen queued, running or recorded since the last event
 
 
 class CatalogSweep:
@@ -433,7 +443,14 @@ class CatalogSweep:
             else:
                 if pending:
                     wait = f"a run of {watcher.dag_id} is queued or running"
+                    memory.run_seen = True
             last = runs.get(check.table)
+            if _began_since(last, memory.started_wall):
+                memory.run_seen = True
+            if wait is None and memory.started_at is not None and not memory.run_seen:
+                asked = time.monotonic() - memory.started_at
+                if asked < RUN_APPEAR_SECONDS:
+                    wait = f"the run the watch asked for {asked:.0f} s ago has not been created yet"
             if wait is None and memory.started_at is not None and time.monotonic() - memory.started_at < cooldown:
                 wait = f"the watch started a run {time.monotonic() - memory.started_at:.0f} s ago"
             if wait is None and last is not None and last["seconds_ago"] < cooldown:
@@ -441,7 +458,8 @@ class CatalogSweep:
                 wait = f"its last run ({last['run_id']}, {last['outcome']}) {ended} {last['seconds_ago']:.0f} s ago"
             if wait is None:
                 check.decision = "started"
-                memory.started_at = time.monotonic()
+                memory.started_at, memory.started_wall = time.monotonic(), datetime.now(timezone.utc)
+                memory.run_seen = False
             else:
                 check.decision = "waiting"
                 check.reason = f"{check.reason}; waits: {wait} (cooldown {watcher.cooldown_minutes:g} min)"
@@ -450,6 +468,14 @@ class CatalogSweep:
         from airflow_iceberg.hooks.write_gate import WriteGateHook
 
         return WriteGateHook(self.write_gate_conn_id)
+
+
+def _began_since(last: Mapping[str, Any] | None, asked_at: datetime | None) -> bool:
+    """Whether the run record ``last`` began after the watch asked for a run at ``asked_at`` (less a few seconds for
+    the triggerer's and the database's clocks)."""
+    if last is None or asked_at is None or last.get("started_at") is None:
+        return False
+    return bool(last["started_at"] >= asked_at - timedelta(seconds=CLOCK_SKEW_SECONDS))
 
 
 async def _pending_runs(dag_id: str) -> int:

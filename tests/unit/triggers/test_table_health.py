@@ -85,3 +85,89 @@ def test_a_predicate_renders_as_of_the_sweep_as_a_watch_started_run_renders_it()
     assert render_at("ts >= '{{ macros.ds_add(ds, -2) }}'", when) == "ts >= '2026-11-24'"
     assert render_at("dt = '{{ ds_nodash }}'", when) == "dt = '20261126'"
     assert render_at(None, when) is None
+
+
+class _Runs:
+    """The gate database's run records as ``hold_back`` reads them: none, or the one a test sets."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, dict] = {}
+
+    def last_runs(self, tables):
+        return {t: self.last[t] for t in tables if t in self.last}
+
+
+def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_back_past_its_cooldown(monkeypatch):
+    """Airflow's scheduler creates asset-triggered runs a few per loop: with 200 events at once, a run appeared a
+    minute after its event, and the table, its cool-down over and no run of it queued yet, got a second event."""
+    import asyncio
+    import time as clock
+
+    from airflow_iceberg.triggers import table_health
+    from airflow_iceberg.triggers.table_health import CatalogSweep, Check, TableMemory
+
+    pending = {"count": 0}
+
+    async def pending_runs(dag_id):
+        return pending["count"]
+
+    monkeypatch.setattr(table_health, "_pending_runs", pending_runs)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+    runs = _Runs()
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: runs)
+    watcher = trigger(cooldown_minutes=1)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+
+    def decide() -> Check:
+        check = Check("lake.db.t", "needs_work", "1 of 1 partitions need work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+        return check
+
+    assert decide().decision == "started"
+    now["t"] += 61  # the cool-down is over; the scheduler has not created the run yet
+    check = decide()
+    assert check.decision == "waiting" and "has not been created yet" in check.reason, check.reason
+    pending["count"] = 1  # created, queued
+    assert decide().decision == "waiting"
+    pending["count"] = 0  # it ran and ended a minute ago
+    runs.last["lake.db.t"] = {
+        "run_id": "r1",
+        "outcome": "succeeded",
+        "started_at": datetime.now(timezone.utc),
+        "finished_at": datetime.now(timezone.utc),
+        "seconds_ago": 61.0,
+    }
+    now["t"] += 61
+    assert decide().decision == "started"  # the table needs work again: a new need, a new run
+
+
+def test_a_run_that_never_appears_holds_the_table_back_no_longer_than_run_appear_seconds(monkeypatch):
+    import asyncio
+    import time as clock
+
+    from airflow_iceberg.triggers import table_health
+    from airflow_iceberg.triggers.table_health import RUN_APPEAR_SECONDS, CatalogSweep, Check, TableMemory
+
+    async def no_runs(dag_id):
+        return 0
+
+    monkeypatch.setattr(table_health, "_pending_runs", no_runs)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: _Runs())
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+    watcher = trigger(cooldown_minutes=1)
+
+    def decide() -> str:
+        check = Check("lake.db.t", "needs_work", "needs work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+        return check.decision
+
+    assert decide() == "started"
+    now["t"] += RUN_APPEAR_SECONDS - 1
+    assert decide() == "waiting"
+    now["t"] += 2
+    assert decide() == "started"
