@@ -99,6 +99,28 @@ def spark_job_hook(
     )
 
 
+def ungated_rewrite(config: TableConfig) -> list[str] | None:
+    """The rewrite the compaction DAG runs (``rewrite_data_files``, ``rewrite-all``), submitted with the gate not
+    consulted, as the ungated controls run it: None if it committed, else what spark-submit printed."""
+    from airflow.exceptions import AirflowException
+
+    from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
+
+    output: list[str] = []
+    hook = spark_job_hook(
+        config,
+        ["--calls", json.dumps([{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}])],
+        name=f"ungated-rewrite-{config.table}",
+        gated=False,
+        on_line=output.append,
+    )
+    try:
+        hook.submit(str(RUN_PROCEDURE_JOB))
+    except AirflowException:
+        return output
+    return None
+
+
 def _appender(path: Path) -> Callable[[str], None]:
     def append(line: str) -> None:
         with path.open("a") as log:

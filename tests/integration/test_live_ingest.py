@@ -7,19 +7,15 @@ the gate not consulted and shows Iceberg's ``ValidationException``, so the gated
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from airflow_iceberg.planning.health import read_health
 from devkit.live_ingest import measure
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows
-from devkit.writers import BatchInsertJob, IngestJob, spark_job_hook
+from devkit.writers import BatchInsertJob, IngestJob, ungated_rewrite
 
 TRIGGER_SECONDS = 3.0
 
@@ -142,20 +138,11 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
     try:
         job.wait_for_batches(3)
         for _ in range(4):  # the same rewrite the DAG runs, with the gate not consulted
-            output: list[str] = []
-            hook = spark_job_hook(
-                config,
-                ["--calls", json.dumps([{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}])],
-                name=f"ungated-rewrite-{table}",
-                gated=False,
-                on_line=output.append,
-            )
             rewrites += 1
-            try:
-                hook.submit(str(RUN_PROCEDURE_JOB))
-            except AirflowException:
+            failed = ungated_rewrite(config)
+            if failed is not None:
                 failed_rewrites += 1
-                compaction_conflicts += [line for line in output if "ValidationException" in line]
+                compaction_conflicts += [line for line in failed if "ValidationException" in line]
             writer_conflicts = [
                 line for line in job.output if "COMMIT FAILED" in line and "ValidationException" in line
             ]

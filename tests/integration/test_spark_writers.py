@@ -8,16 +8,13 @@ The control runs the same load with the gate not consulted and prints what confl
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 
-from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from devkit.writer_jobs.ingest_events import expected_rows
-from devkit.writers import BatchChangesJob, IngestJob, spark_job_hook
+from devkit.writers import BatchChangesJob, IngestJob, ungated_rewrite
 
 TRIGGER_SECONDS = 3.0
 FIRST_BATCH_KEY = 1_000_000  # the batch job's keys, apart from the stream's
@@ -33,6 +30,20 @@ def table_rows(table: str) -> dict[int, tuple[int, str]]:
     return dict(zip(keys, zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=True), strict=True))
 
 
+def batch_job(config, tmp_path, **options) -> BatchChangesJob:
+    """The batch writer on the stream's table, its keys apart; a failed statement is a failure here, not retried."""
+    return BatchChangesJob(
+        config,
+        tmp_path / "batch",
+        first_key=FIRST_BATCH_KEY,
+        keys=BATCH_KEYS,
+        interval_seconds=STATEMENT_INTERVAL,
+        max_attempts=1,
+        layout="events",
+        **options,
+    )
+
+
 def conflicts(lines: list[str]) -> list[str]:
     """The lines that report Iceberg's refusal of a commit, each cut to its exception and the start of its message."""
     found = (re.search(r"\w+Exception: .{0,120}", line) for line in lines if "ValidationException" in line)
@@ -45,17 +56,7 @@ def test_a_streaming_merge_and_a_batch_delete_through_the_helpers_beside_gated_c
     table = f"lake.writers.{unique_name}"
     config = table_config(table)
     stream = IngestJob(config, tmp_path / "stream", trigger_seconds=TRIGGER_SECONDS, writer_id="events-merge")
-    batch = BatchChangesJob(
-        config,
-        tmp_path / "batch",
-        first_key=FIRST_BATCH_KEY,
-        keys=BATCH_KEYS,
-        interval_seconds=STATEMENT_INTERVAL,
-        max_attempts=1,  # a failed statement is a failure here, not retried
-        exclusive=True,
-        writer_id="gdpr-deletes",
-        layout="events",
-    )
+    batch = batch_job(config, tmp_path, exclusive=True, writer_id="gdpr-deletes")
     runs = []
     try:
         stream.start().wait_for_batches(2)  # the stream has created the table
@@ -98,16 +99,7 @@ def test_the_same_load_ungated_shows_what_conflicts(unique_name, table_config, t
     table = f"lake.writers.{unique_name}"
     config = table_config(table)
     stream = IngestJob(config, tmp_path / "stream", gated=False, trigger_seconds=TRIGGER_SECONDS)
-    batch = BatchChangesJob(
-        config,
-        tmp_path / "batch",
-        first_key=FIRST_BATCH_KEY,
-        keys=BATCH_KEYS,
-        interval_seconds=STATEMENT_INTERVAL,
-        max_attempts=1,
-        gated=False,
-        layout="events",
-    )
+    batch = batch_job(config, tmp_path, gated=False)
     rewrite_conflicts: list[str] = []
     rewrites = 0
     try:
@@ -115,19 +107,10 @@ def test_the_same_load_ungated_shows_what_conflicts(unique_name, table_config, t
         batch.start().wait_for_batches(2)
         for _ in range(3):  # the rewrite the DAG runs, with the gate not consulted
             stream.wait_for_batches(len(stream.batches()) + 2)
-            output: list[str] = []
-            hook = spark_job_hook(
-                config,
-                ["--calls", json.dumps([{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}])],
-                name=f"ungated-rewrite-{table}",
-                gated=False,
-                on_line=output.append,
-            )
             rewrites += 1
-            try:
-                hook.submit(str(RUN_PROCEDURE_JOB))
-            except AirflowException:
-                rewrite_conflicts += conflicts(output)[:1]
+            failed = ungated_rewrite(config)
+            if failed is not None:
+                rewrite_conflicts += conflicts(failed)[:1]
         batch.wait_for_batches(len(batch.batches()) + 2)
     finally:
         finals = [job.stop() for job in (batch, stream) if job._thread is not None]
