@@ -31,9 +31,9 @@ from scripts import stacks
 ROOT = Path(__file__).resolve().parents[2]
 UV = ROOT / ".venv" / "tools" / "bin" / "uv"
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+#: The workbench's folders, and its files by name (``spark_writers.py`` is the package's own, not ``writers.py``).
+WORKBENCH_FOLDERS = ("devkit/", "tests/")
 WORKBENCH = (
-    "devkit/",
-    "tests/",
     "demo.py",
     "bench.py",
     "live_ingest.py",
@@ -42,6 +42,11 @@ WORKBENCH = (
     "small_files_writer.py",
     "ingest_events.py",
 )
+
+
+def workbench(names: list[str]) -> list[str]:
+    """The names of workbench files among ``names``: below its folders, or named as one of its files."""
+    return [n for n in names if any(f in n for f in WORKBENCH_FOLDERS) or n.rsplit("/", 1)[-1] in WORKBENCH]
 
 
 def run(command: list[str | Path], **kwargs) -> str:
@@ -113,8 +118,8 @@ def test_the_wheel_holds_the_provider_and_its_spark_jobs_and_no_workbench(wheel:
         "airflow_iceberg/example_dags/iceberg_tables.yaml",
     ):
         assert path in names, f"{path} is not in the wheel"
-    workbench = [name for name in names if any(part in name for part in WORKBENCH)]
-    assert workbench == [], f"the wheel carries workbench files: {workbench}"
+    carried = workbench(names)
+    assert carried == [], f"the wheel carries workbench files: {carried}"
     assert all(name.startswith(("airflow_iceberg/", "airflow_iceberg-")) for name in names), names
     [entry_points] = [name for name in names if name.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -126,7 +131,7 @@ def test_the_source_distribution_carries_no_workbench_either(dist: Path):
     [sdist] = dist.glob("airflow_iceberg-*.tar.gz")
     names = [name.split("/", 1)[1] for name in tarfile.open(sdist).getnames() if "/" in name]
     assert "spark_jobs/run_procedure.py" in names and "airflow_iceberg/hooks/write_gate.sql" in names
-    assert [name for name in names if any(part in name for part in WORKBENCH)] == []
+    assert workbench(names) == []
 
 
 def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_own_package(
