@@ -42,15 +42,10 @@ from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 
 
-def quoted(table: TableName | str) -> str:
-    """``table`` as Spark SQL names it, each part back-quoted."""
-    name = TableName.of(table)
-    return f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
-
-
 def newest_snapshot_id(spark: Any, table: TableName | str) -> int | None:
     """The id of ``table``'s newest snapshot, read through Spark; None for a table without one."""
-    rows = spark.sql(f"SELECT snapshot_id FROM {quoted(table)}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
+    name = TableName.of(table)
+    rows = spark.sql(f"SELECT snapshot_id FROM {name.quoted}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
     return rows[0][0] if rows else None
 
 
@@ -67,7 +62,7 @@ def gated_write(spark: Any, gate: WriteGateClient, table: TableName | str) -> It
         raise ValueError(f"the gate client is {gate.table!r}'s, not {str(name)!r}'s")
     with gate.writing(lambda: newest_snapshot_id(spark, name)) as waited:
         if waited:
-            spark.sql(f"REFRESH TABLE {quoted(name)}")
+            spark.sql(f"REFRESH TABLE {name.quoted}")
         yield waited
 
 
@@ -105,5 +100,5 @@ def exclusive_write(spark: Any, holder: GateHolder, **hold: Any) -> Iterator[Any
     ``hold`` passes on): every writer has paused and acknowledged, and no compaction runs. If the hold is lost
     mid-block, the session's Spark jobs are cancelled before the writers resume. Yields the gate as held."""
     with holder.hold(on_lost=lambda reason: spark.sparkContext.cancelAllJobs(), **hold) as state:
-        spark.sql(f"REFRESH TABLE {quoted(holder.table)}")
+        spark.sql(f"REFRESH TABLE {TableName.of(holder.table).quoted}")
         yield state

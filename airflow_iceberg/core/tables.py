@@ -53,6 +53,11 @@ class TableName:
         return value if isinstance(value, TableName) else cls.parse(value)
 
     @property
+    def quoted(self) -> str:
+        """The name as Spark SQL takes it, each part back-quoted."""
+        return f"`{self.catalog}`.`{self.namespace}`.`{self.table}`"
+
+    @property
     def in_catalog(self) -> str:
         """The name inside its catalog, ``namespace.table``, as Iceberg procedures and pyiceberg take it."""
         return f"{self.namespace}.{self.table}"
@@ -87,6 +92,6 @@ def create_streaming_table_statements(
     properties = ", ".join(f"'{k}' = '{v}'" for k, v in settings.items())
     return [
         f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`",
-        f"CREATE TABLE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`.`{table.table}` ({columns}) "
+        f"CREATE TABLE IF NOT EXISTS {table.quoted} ({columns}) "
         f"USING iceberg PARTITIONED BY ({partitioned_by}) TBLPROPERTIES ({properties})",
     ]

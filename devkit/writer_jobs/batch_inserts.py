@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.spark_writers import newest_snapshot_id
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
@@ -41,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = TableName.parse(args.table)
-    quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
+    quoted = name.quoted
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -77,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                     if attempt == MAX_COMMIT_ATTEMPTS:
                         raise
                     spark.sql(f"REFRESH TABLE {quoted}")
-            rows = spark.sql(f"SELECT snapshot_id FROM {quoted}.snapshots ORDER BY committed_at DESC LIMIT 1")
-            state["last_snapshot_id"] = rows.collect()[0][0]
+            state["last_snapshot_id"] = newest_snapshot_id(spark, name)
             state["next_key"] = keys.stop
             state["batches"] += 1
             record = {

@@ -37,7 +37,7 @@ from pathlib import Path
 from ingest_events import DELETE_AT, DELETE_EVERY
 
 from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
-from airflow_iceberg.core.spark_writers import gated_foreach_batch, newest_snapshot_id, quoted
+from airflow_iceberg.core.spark_writers import gated_foreach_batch, newest_snapshot_id
 from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
@@ -78,7 +78,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = TableName.parse(args.table)
-    table = quoted(name)
+    table = name.quoted
 
     from pyspark.errors import StreamingQueryException
     from pyspark.sql import SparkSession, Window

@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     name = TableName.parse(args.table)
-    quoted = f"`{name.catalog}`.`{name.namespace}`.`{name.table}`"
+    quoted = name.quoted
 
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
