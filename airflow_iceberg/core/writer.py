@@ -62,45 +62,38 @@ def default_writer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"[:200]
 
 
-def _register(connection: Any, table: str, writer_id: str) -> None:
-    """Run :data:`WRITER_REGISTER_SQL` and commit it, so the registration is visible before the writer looks."""
+def _run(connection: Any, table: str, statement: str, parameters: tuple[Any, ...]) -> None:
+    """Run one of the writer's own statements and commit it at once; nothing when there are no gate tables yet (nothing
+    is gated, nobody waits for this writer). Gate tables older than the statement are an error that says what to do."""
     import pymysql
 
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(WRITER_REGISTER_SQL, (table, writer_id))
-    except pymysql.err.ProgrammingError as error:
-        if error.args[0] != NO_SUCH_TABLE:
-            raise
-        connection.rollback()  # no gate tables yet: nothing is gated, nobody waits for this writer
-        return
-    connection.commit()
-
-
-def _mark(connection: Any, table: str, writer_id: str, busy: bool) -> None:
-    """Run :data:`WRITER_BUSY_SQL` (``busy``) or :data:`WRITER_DONE_SQL` and commit it; nothing without gate tables."""
-    import pymysql
-
-    statement, parameters = (
-        (WRITER_BUSY_SQL, (table, writer_id, BUSY_SECONDS, BUSY_SECONDS))
-        if busy
-        else (WRITER_DONE_SQL, (table, writer_id))
-    )
     try:
         with connection.cursor() as cursor:
             cursor.execute(statement, parameters)
     except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as error:
         if error.args and error.args[0] == UNKNOWN_COLUMN:
             raise RuntimeError(
-                f"the write gate tables of {table} are older than this writer (schema version 8 added "
-                "iceberg_write_gate_writer.busy_until): run `airflow-iceberg migrate` on the gate's Airflow "
-                f"connection first ({error.args[-1]})"
+                f"the write gate tables of {table} are older than this writer: run `airflow-iceberg migrate` on the "
+                f"gate's Airflow connection first ({error.args[-1]})"
             ) from error
         if not error.args or error.args[0] != NO_SUCH_TABLE:
             raise
         connection.rollback()
         return
     connection.commit()
+
+
+def _register(connection: Any, table: str, writer_id: str) -> None:
+    """Run :data:`WRITER_REGISTER_SQL` and commit it, so the registration is visible before the writer looks."""
+    _run(connection, table, WRITER_REGISTER_SQL, (table, writer_id))
+
+
+def _mark(connection: Any, table: str, writer_id: str, busy: bool) -> None:
+    """Run :data:`WRITER_BUSY_SQL` (``busy``) or :data:`WRITER_DONE_SQL` and commit it."""
+    if busy:
+        _run(connection, table, WRITER_BUSY_SQL, (table, writer_id, BUSY_SECONDS, BUSY_SECONDS))
+    else:
+        _run(connection, table, WRITER_DONE_SQL, (table, writer_id))
 
 
 def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
@@ -383,7 +376,6 @@ def _close(connection: Any) -> None:
             connection.close()
         except Exception:  # already broken; nothing to release
             pass
-    return None
 
 
 def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:
