@@ -99,9 +99,15 @@ def spark_job_hook(
     )
 
 
-def ungated_rewrite(config: TableConfig) -> list[str] | None:
-    """The rewrite the compaction DAG runs (``rewrite_data_files``, ``rewrite-all``), submitted with the gate not
-    consulted, as the ungated controls run it: None if it committed, else what spark-submit printed."""
+#: The rewrite the compaction DAG runs, as the ungated controls run it.
+REWRITE_ALL = [{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}]
+
+
+def ungated_rewrite(
+    config: TableConfig, calls: list[dict[str, Any]] | None = None, name: str | None = None
+) -> list[str] | None:
+    """The procedure job's ``calls`` (by default :data:`REWRITE_ALL`) submitted with the gate not consulted, as the
+    ungated controls run them: None if they committed, else what spark-submit printed."""
     from airflow.exceptions import AirflowException
 
     from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
@@ -109,8 +115,8 @@ def ungated_rewrite(config: TableConfig) -> list[str] | None:
     output: list[str] = []
     hook = spark_job_hook(
         config,
-        ["--calls", json.dumps([{"procedure": "rewrite_data_files", "options": {"rewrite-all": "true"}}])],
-        name=f"ungated-rewrite-{config.table}",
+        ["--calls", json.dumps(calls or REWRITE_ALL)],
+        name=name or f"ungated-rewrite-{config.table}",
         gated=False,
         on_line=output.append,
     )

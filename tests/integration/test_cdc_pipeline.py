@@ -9,7 +9,6 @@ change, or no row if that was a delete. Spark reads the table back (pyiceberg ca
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +18,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from airflow.exceptions import AirflowException
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from pyiceberg.manifest import DataFileContent
 
@@ -28,7 +26,6 @@ from airflow_iceberg.core.iceberg_runtime import IcebergVersion, missing_option
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB
 from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
@@ -38,7 +35,7 @@ from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
-from devkit.writers import run_statements, spark_job_hook
+from devkit.writers import run_statements, ungated_rewrite
 
 KEYS = 10_000
 CHANGES = 30_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
@@ -413,20 +410,11 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
             # could end before Flink's next commit each time, and the control then measured nothing.
             last_commit_ms = flink_snapshots(cdc_table)[-1].timestamp_ms
             time.sleep(max(0.0, (last_commit_ms + ROLLING["checkpoint_ms"] / 2) / 1000 - time.time()))
-            output: list[str] = []
             started_ms = time.time() * 1000
-            hook = spark_job_hook(
-                table_config(cdc_table),
-                ["--calls", json.dumps(calls)],
-                name=f"ungated-rewrite-{number}",
-                gated=False,
-                on_line=output.append,
-            )
-            try:
-                hook.submit(str(RUN_PROCEDURE_JOB))
-            except AirflowException:
+            failed = ungated_rewrite(table_config(cdc_table), calls, name=f"ungated-rewrite-{number}")
+            if failed is not None:
                 failed_rewrites += 1
-                rewrite_failures += [line for line in output if "Exception" in line][:2] or ["(no exception line)"]
+                rewrite_failures += [line for line in failed if "Exception" in line][:2] or ["(no exception line)"]
             ended_ms = time.time() * 1000
             # Flink committed while the rewrite ran: between its start and its end
             overlapped += any(started_ms < s.timestamp_ms < ended_ms for s in flink_snapshots(cdc_table))
