@@ -9,12 +9,15 @@ such a table.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
@@ -25,10 +28,11 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
 from airflow_iceberg.core.tables import TableName
-from devkit.flink_jobs import FlinkJob
+from devkit.flink_jobs import FlinkJob, gate_jar
 from devkit.kafka_broker import KafkaBroker
 
 JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
+SQL_JOB_CLASS = "airflowiceberg.flink.testjob.GatedSqlJob"
 
 
 #: Spark's row-level writes to a table with these delete by delete files (merge-on-read), as a CDC table's batch
@@ -61,10 +65,26 @@ def create_cdc_table(
 
 
 class ChangeStream:
-    """Produces the changes, ``<seq>,<op>,<id>,v<seq>`` keyed by id, and keeps the state they should leave."""
+    """Produces the changes, keyed by id, and keeps the state they should leave.
 
-    def __init__(self, kafka: KafkaBroker, topic: str, keys: int, *, delete_share: float = 0.2, seed: int = 24) -> None:
+    A change's value is ``<seq>,<op>,<id>,v<seq>`` (``csv``, what ``CdcUpsertJob`` reads), or a Debezium change
+    event (``debezium-json``, what Flink SQL's ``debezium-json`` format reads): ``c``, ``u`` or ``d`` with the
+    row ``{id, v, seq}`` before and after. Each event's rows carry the change's own ``seq``, a delete's ``before``
+    too, so that every change is seen by its ``seq`` downstream; a delete of a key that has no row has ``v`` null.
+    """
+
+    def __init__(
+        self,
+        kafka: KafkaBroker,
+        topic: str,
+        keys: int,
+        *,
+        delete_share: float = 0.2,
+        seed: int = 24,
+        value_format: Literal["csv", "debezium-json"] = "csv",
+    ) -> None:
         self.producer = kafka.producer()
+        self.value_format = value_format
         self.keys = keys
         self.delete_share = delete_share
         self.topic = topic
@@ -92,7 +112,7 @@ class ChangeStream:
             self.producer.produce(
                 self.topic,
                 key=str(key).encode(),
-                value=f"{seq},{op},{key},{value}".encode(),
+                value=self._message(seq, op, key, value),
                 on_delivery=self._delivered,
             )
             self.produced_at.append(time.time())
@@ -109,9 +129,52 @@ class ChangeStream:
         assert self.producer.flush(60) == 0, "messages still unsent after 60 s"
         assert self.errors == [], f"deliveries failed: {self.errors[:5]}"
 
+    def _message(self, seq: int, op: str, key: int, value: str) -> bytes:
+        if self.value_format == "csv":
+            return f"{seq},{op},{key},{value}".encode()
+        old = self.expected.get(key)
+        before = None if old is None and op == "u" else {"id": key, "v": old, "seq": seq}
+        after = None if op == "d" else {"id": key, "v": value, "seq": seq}
+        kind = "d" if op == "d" else ("c" if old is None else "u")
+        return json.dumps({"before": before, "after": after, "op": kind}).encode()
+
     def digest(self) -> int:
         """What Spark's ``sum(crc32(concat(id, ':', v)))`` gives on a table holding exactly the expected rows."""
         return sum(zlib.crc32(f"{key}:{value}".encode()) for key, value in self.expected.items())
+
+
+@dataclass(frozen=True)
+class JobConnections:
+    """Where a Flink job finds the catalog of ``table`` and its write gate, from the suite's Airflow connections;
+    the passwords apart, for the job's environment."""
+
+    catalog: str
+    identifier: str
+    catalog_uri: str
+    catalog_user: str
+    catalog_password: str
+    warehouse: str
+    gate_url: str
+    gate_user: str
+    gate_password: str
+
+    @classmethod
+    def of(cls, table: str, gate_conn_id: str) -> JobConnections:
+        catalog, identifier = table.split(".", 1)
+        settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
+        prefix = f"spark.sql.catalog.{catalog}"
+        gate = BaseHook.get_connection(gate_conn_id)  # the tests': a writer's grants, nothing more
+        return cls(
+            catalog=catalog,
+            identifier=identifier,
+            catalog_uri=settings.conf[f"{prefix}.uri"],
+            catalog_user=settings.conf.get(f"{prefix}.jdbc.user", ""),
+            catalog_password=settings.secret_conf.get(f"{prefix}.jdbc.password", ""),
+            warehouse=settings.conf[f"{prefix}.warehouse"],
+            gate_url=f"jdbc:mariadb://{gate.host}:{gate.port}/{gate.schema}",
+            gate_user=gate.login,
+            gate_password=gate.password or "",
+        )
 
 
 class CdcJob(FlinkJob):
@@ -137,22 +200,19 @@ class CdcJob(FlinkJob):
         checkpoint_ms: int = 2000,
         maintenance: Mapping[str, object] | None = None,
     ) -> None:
-        catalog, identifier = table.split(".", 1)
-        settings = spark_catalog_settings(catalog, pyiceberg_properties(BaseHook.get_connection(catalog)))
-        prefix = f"spark.sql.catalog.{catalog}"
-        gate = BaseHook.get_connection(gate_conn_id)  # the tests': a writer's grants, nothing more
+        where = JobConnections.of(table, gate_conn_id)
         self.checkpoints = checkpoints or workdir / "checkpoints"
         options = {
             "bootstrap": kafka.bootstrap,
             "topic": topic,
             "group": writer_id,
-            "catalog": catalog,
-            "catalog-uri": settings.conf[f"{prefix}.uri"],
-            "catalog-user": settings.conf.get(f"{prefix}.jdbc.user", ""),
-            "warehouse": settings.conf[f"{prefix}.warehouse"],
-            "table": identifier,
-            "gate-url": f"jdbc:mariadb://{gate.host}:{gate.port}/{gate.schema}",
-            "gate-user": gate.login,
+            "catalog": where.catalog,
+            "catalog-uri": where.catalog_uri,
+            "catalog-user": where.catalog_user,
+            "warehouse": where.warehouse,
+            "table": where.identifier,
+            "gate-url": where.gate_url,
+            "gate-user": where.gate_user,
             "writer-id": writer_id,
             "poke-ms": int(poke_seconds * 1000),
             "parallelism": parallelism,
@@ -162,17 +222,73 @@ class CdcJob(FlinkJob):
         if restore_from is not None:
             options["restore-from"] = restore_from.as_uri()
         env = {
-            "AIRFLOW_ICEBERG_GATE_PASSWORD": gate.password or "",
-            "AIRFLOW_ICEBERG_CATALOG_PASSWORD": settings.secret_conf.get(f"{prefix}.jdbc.password", ""),
+            "AIRFLOW_ICEBERG_GATE_PASSWORD": where.gate_password,
+            "AIRFLOW_ICEBERG_CATALOG_PASSWORD": where.catalog_password,
         }
         if maintenance is not None:  # Iceberg's own TableMaintenance in the job, its lock in the gate's MySQL
-            options.update({"maintenance": "true", "lock-url": options["gate-url"], "lock-user": gate.login})
+            options.update({"maintenance": "true", "lock-url": where.gate_url, "lock-user": where.gate_user})
             options.update(maintenance)
-            env["AIRFLOW_ICEBERG_LOCK_PASSWORD"] = gate.password or ""
+            env["AIRFLOW_ICEBERG_LOCK_PASSWORD"] = where.gate_password
         super().__init__(
             workdir,
             JOB_CLASS,
             options,
             writer_ids={f"{writer_id}#{subtask}" for subtask in range(parallelism)},
             env=env,
+        )
+
+
+class SqlJob(FlinkJob):
+    """A Flink SQL script (``GatedSqlJob``: statement by statement, as the SQL client runs it) on a local
+    mini-cluster, with ``${NAME}`` in it set from ``variables`` and the connections of ``table``.
+
+    The variables it is given: ``CATALOG``, ``CATALOG_URI``, ``CATALOG_USER``, ``CATALOG_PASSWORD``,
+    ``WAREHOUSE``, ``NAMESPACE``, ``TABLE_NAME`` (``table``'s parts), ``GATE_TABLE`` (``table``), ``GATE_URL``,
+    ``GATE_USER``, ``GATE_PASSWORD``, ``WRITER_ID``, ``GATED_JAR`` (the gated connector's jar, which the
+    script adds: it is not on the job's class path), and ``variables``.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        script: Path,
+        *,
+        table: str,
+        writer_id: str,
+        variables: Mapping[str, object] | None = None,
+        parallelism: int = 2,
+        gate_conn_id: str = "write_gate_writer",
+        checkpoint_ms: int = 2000,
+    ) -> None:
+        where = JobConnections.of(table, gate_conn_id)
+        namespace, name = where.identifier.rsplit(".", 1)
+        env = {
+            "CATALOG": where.catalog,
+            "CATALOG_URI": where.catalog_uri,
+            "CATALOG_USER": where.catalog_user,
+            "CATALOG_PASSWORD": where.catalog_password,
+            "WAREHOUSE": where.warehouse,
+            "NAMESPACE": namespace,
+            "TABLE_NAME": name,
+            "GATE_TABLE": table,
+            "GATE_URL": where.gate_url,
+            "GATE_USER": where.gate_user,
+            "GATE_PASSWORD": where.gate_password,
+            "WRITER_ID": writer_id,
+            "GATED_JAR": str(gate_jar()),
+            **{key: str(value) for key, value in (variables or {}).items()},
+        }
+        options = {
+            "script": script,
+            "parallelism": parallelism,
+            "checkpoint-ms": checkpoint_ms,
+            "checkpoint-dir": (workdir / "checkpoints").as_uri(),
+        }
+        super().__init__(
+            workdir,
+            SQL_JOB_CLASS,
+            options,
+            writer_ids={f"{writer_id}#{subtask}" for subtask in range(parallelism)},
+            env=env,
+            without_gate_jar=True,
         )

@@ -37,6 +37,8 @@ SETTINGS_BLOCK = "table-list-settings"
 #: The names of the blocks that show the stacks' matrix (requirements/stacks.toml): its versions, what to install.
 STACKS_BLOCK = "stacks"
 INSTALL_BLOCK = "stacks-install"
+#: The Flink SQL scripts of the tests that the docs show, each in a block named after its file.
+FLINK_SQL_SCRIPTS = DOCS.parent / "tests" / "integration" / "flink_sql"
 #: The name of the block that shows the fleet setting (``FLEET_SETTINGS``) as ``airflow.cfg`` sections.
 FLEET_SETTING_BLOCK = "fleet-setting"
 #: The table list's models, in the order the reference shows them, each with where it sits in an entry.
@@ -74,6 +76,7 @@ def sources() -> dict[str, Source]:
         STACKS_BLOCK: Source(stacks_table(), fence=None),
         INSTALL_BLOCK: Source(stacks_install(), fence=None),
         FLEET_SETTING_BLOCK: Source(fleet_setting(), fence="ini"),
+        **{script.name: Source(script.read_text()) for script in sorted(FLINK_SQL_SCRIPTS.glob("*.sql"))},
     }
 
 

@@ -46,6 +46,12 @@ JVM_OPENS = [
 ]
 
 
+def gate_jar() -> Path:
+    """The gated source's jar of the stack's Flink line, ``airflow-iceberg-flink-<line>.jar``, as users get it."""
+    (jar,) = (p for p in FLINK_BUILD.glob("airflow-iceberg-flink-*.jar") if not p.name.endswith("-tests.jar"))
+    return jar
+
+
 class FlinkJobError(AssertionError):
     """The job exited, or did not get where the caller waited for in time; the message holds its log's tail."""
 
@@ -72,6 +78,7 @@ class FlinkJob:
     :param options: Its arguments, ``--name value`` each; ``--events`` is added.
     :param writer_ids: The gate writer ids its source subtasks report as.
     :param env: Added to this process's environment (the passwords the job reads from it).
+    :param without_gate_jar: Leave the gated source's own jar (:func:`gate_jar`) off the class path.
     """
 
     def __init__(
@@ -83,10 +90,14 @@ class FlinkJob:
         writer_ids: set[str],
         env: dict[str, str] | None = None,
         heap: str = "1g",
+        without_gate_jar: bool = False,
     ) -> None:
         classpath = FLINK_BUILD / "classpath"
         if not classpath.is_file():
             raise FlinkJobError(f"the Flink test jobs are not built ({classpath} is missing): run `make setup`")
+        entries = classpath.read_text().strip().split(":")
+        if without_gate_jar:  # the job adds it itself, as a SQL script does with ADD JAR
+            entries.remove(str(gate_jar()))
         self.workdir = workdir
         self.events_dir = workdir / "events"
         self.log_file = workdir / "job.log"
@@ -99,7 +110,7 @@ class FlinkJob:
             *JVM_OPENS,
             *extra_jvm_options(),
             "-cp",
-            classpath.read_text().strip(),
+            ":".join(entries),
             job_class,
             *args,
         ]

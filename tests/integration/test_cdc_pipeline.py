@@ -30,13 +30,15 @@ from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.triggers.snapshot_idle import committed_by
-from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
+from devkit.cdc import CdcJob, ChangeStream, SqlJob, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.tables import TableStats, drop_table
 from devkit.writers import run_statements, ungated_rewrite
 
+#: The Flink SQL scripts of the tests, which the docs show.
+SQL_SCRIPTS = Path(__file__).parent / "flink_sql"
 KEYS = 10_000
 CHANGES = 30_000  # the first KEYS insert every key; then updates, deletes and re-inserts of random keys
 RATE = 600  # changes per second the producer sends: 50 s of changes
@@ -286,6 +288,97 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     exact = {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
     stack_check.record(rows_exact=read_back(table_config, cdc_table) == exact)
     assert read_back(table_config, cdc_table) == exact
+
+
+@pytest.mark.stack_check("Flink SQL CDC upsert, gated")
+def test_a_flink_sql_upsert_from_a_gated_kafka_table_pauses_for_three_compactions_and_loses_no_change(
+    kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
+):
+    """The same pipeline, written in Flink SQL alone (``flink_sql/gated_kafka_cdc.sql``, the docs' DDL): Debezium
+    change events in Kafka, a ``'connector' = 'gated'`` table over Kafka's connector, ``INSERT INTO`` the Iceberg
+    table in upsert mode. The script adds the gated connector's jar itself (``ADD JAR``)."""
+    thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
+    # An idle window of ten minutes: only the writers' acknowledgement ends a wait in time.
+    settings = {"idle_seconds": 600, "health": {"watch": False, **thresholds}, "rewrite_data_files": REWRITE_TARGET}
+    config = table_config(cdc_table, **settings)
+    where = {procedure: None for procedure in REWRITE_PROCEDURES}
+    topic = f"changes_{unique_name}"
+    kafka.create_topic(topic, partitions=PARALLELISM)
+    job = SqlJob(
+        tmp_path / "job",
+        SQL_SCRIPTS / "gated_kafka_cdc.sql",
+        table=cdc_table,
+        writer_id=unique_name,
+        variables={"TOPIC": topic, "BOOTSTRAP": kafka.bootstrap},
+        parallelism=PARALLELISM,
+    )
+    stream = ChangeStream(kafka, topic, KEYS, value_format="debezium-json")
+    job.start()
+    compacted = threading.Event()
+    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, RATE, compacted), daemon=True)
+    producing.start()
+    compactions = []
+    try:
+        for number in range(1, 4):
+            job.wait_for(
+                lambda: plan_table(load(cdc_table), cdc_table, config.health.thresholds(), where, {})[1].decision
+                == "compact",
+                "the table's health asking for a compaction",
+                timeout=180,
+            )
+            run = compaction_dag(cdc_table, **settings).test()
+            assert run.state == "success", f"compaction {number} ended {run.state}"
+            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+            assert wait["done_by"] == "writer acknowledgement", wait
+            assert set(wait["writers_acknowledged"]) == job.writer_ids, wait
+            trail = [r for r in gate_hook.audit_trail(cdc_table) if r["owner_run_id"] == run.run_id]
+            closed = min(r["at"] for r in trail if r["action"] == "close")
+            opened = max(r["at"] for r in trail if r["action"] == "open")
+            rewritten = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+            compactions.append((closed, opened, rewritten["rewrite_data_files"]))
+            stack_check.record(
+                compactions=len(compactions),
+                gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _ in compactions],
+                rewrite_failed_commits=0,
+            )
+        compacted.set()
+        producing.join(timeout=300)
+        assert not producing.is_alive(), "the producer did not finish"
+        job.wait_for(
+            lambda: set(range(stream.produced)) <= set(emitted_changes(job)),
+            f"all {stream.produced} changes emitted",
+            timeout=180,
+        )
+        # A last pause, acknowledged: each subtask's checkpoints after its last change are committed.
+        owner = GateOwner(compaction_dag_id(TableName.parse(cdc_table)), f"manual__{unique_name}")
+        gate_hook.close_gate(cdc_table, owner, lease_seconds=300)
+        wait_for_acknowledgements(gate_hook, cdc_table, job)
+        gate_hook.open_gate(cdc_table, owner)
+        assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # it never restarts: a failure ends it
+        stack_check.record(writer_failed_commits=0)  # a failed commit would have ended the job
+    finally:
+        compacted.set()
+        job.stop()
+
+    events = job.events()
+    assert sorted(events) == list(range(PARALLELISM))
+    for number, (closed, opened, data) in enumerate(compactions, 1):
+        print(
+            f"SQL job, compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
+            f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}"
+        )
+        assert data["failed_data_files_count"] == 0
+        for subtask, e in events.items():
+            late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
+            assert late == [], f"subtask {subtask} emitted {len(late)} changes during compaction {number}"
+    history = {entry.snapshot_id for entry in load(cdc_table).history()}
+    writers = gate_hook.get_state(cdc_table).writers
+    assert {w.ack_snapshot_id for w in writers} <= history
+    exact = {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
+    found = read_back(table_config, cdc_table)
+    print(f"SQL job: {stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; table: {found}")
+    stack_check.record(rows_exact=found == exact)
+    assert found == exact
 
 
 def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_maintenance_losing_and_repeating_nothing(

@@ -11,11 +11,23 @@ def test_every_generated_block_in_the_docs_matches_its_source():
     assert docs.stale() == [], "the docs differ from their sources: run `make docs`"
 
 
+def flink_sql_scripts() -> set[str]:
+    return {script.name for script in docs.FLINK_SQL_SCRIPTS.glob("*.sql")}
+
+
 def test_the_protocol_doc_shows_the_schema_and_every_protocol_statement():
     text = (docs.DOCS / "write-gate-protocol.md").read_text()
     for name, source in docs.sources().items():
-        if source.fence == "sql":
+        if source.fence == "sql" and name not in flink_sql_scripts():
             assert f"<!-- generated: {name} -->\n```sql\n{source.text}```" in text, name
+
+
+def test_the_writers_doc_shows_each_flink_sql_script_of_the_tests():
+    text = (docs.DOCS / "writers.md").read_text()
+    assert "gated_kafka_cdc.sql" in flink_sql_scripts()
+    for name in flink_sql_scripts():
+        source = docs.FLINK_SQL_SCRIPTS / name
+        assert f"<!-- generated: {name} -->\n```sql\n{source.read_text()}```" in text, name
 
 
 def test_a_changed_source_makes_its_block_stale(monkeypatch):

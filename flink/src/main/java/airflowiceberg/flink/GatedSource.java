@@ -22,7 +22,7 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
  * GateConfig gate = GateConfig.builder()
  *         .jdbcUrl("jdbc:mariadb://mysql:3306/airflow_iceberg").user("writer").password(secret)
  *         .table("lake.db.events").writerId("events-ingest")
- *         .snapshotIds(new IcebergSnapshotIds(tableLoader))
+ *         .snapshotIds(new IcebergSnapshotIds("lake", catalogProperties, "db.events"))
  *         .build();
  * env.fromSource(new GatedSource<>(kafkaSource, gate), WatermarkStrategy.noWatermarks(), "events");
  * }</pre>

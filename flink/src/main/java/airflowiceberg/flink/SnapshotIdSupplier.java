@@ -6,25 +6,11 @@ import java.io.Serializable;
  * Looks up the id of the gated table's current snapshot, for the acknowledgement of a pause.
  *
  * <p>Each source subtask uses its own copy, on its gate thread, never on the task thread: {@link #open()} once,
- * then {@link #currentSnapshotId()} once per pause, then {@link #close()}. With Iceberg's Flink runtime:
+ * then {@link #currentSnapshotId()} once per pause, then {@link #close()}. {@link IcebergSnapshotIds} reads it
+ * from the table's Iceberg catalog:
  *
  * <pre>{@code
- * final class IcebergSnapshotIds implements SnapshotIdSupplier {
- *     private final TableLoader loader;      // the same TableLoader the job's IcebergSink uses
- *     private transient Table table;
- *
- *     IcebergSnapshotIds(TableLoader loader) { this.loader = loader; }
- *
- *     public void open() { loader.open(); table = loader.loadTable(); }
- *
- *     public Long currentSnapshotId() {
- *         table.refresh();                   // the committer has just committed: read the catalog again
- *         Snapshot current = table.currentSnapshot();
- *         return current == null ? null : current.snapshotId();
- *     }
- *
- *     public void close() throws Exception { loader.close(); }
- * }
+ * GateConfig.builder()...snapshotIds(new IcebergSnapshotIds("lake", catalogProperties, "cdc.orders"))
  * }</pre>
  */
 public interface SnapshotIdSupplier extends Serializable {

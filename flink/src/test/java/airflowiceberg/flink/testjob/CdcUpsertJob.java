@@ -7,7 +7,7 @@ import java.util.Map;
 
 import airflowiceberg.flink.GateConfig;
 import airflowiceberg.flink.GatedSource;
-import airflowiceberg.flink.SnapshotIdSupplier;
+import airflowiceberg.flink.IcebergSnapshotIds;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
@@ -22,8 +22,6 @@ import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.runtime.typeutils.InternalTypeInfo;
 import org.apache.flink.types.RowKind;
 import org.apache.iceberg.Schema;
-import org.apache.iceberg.Snapshot;
-import org.apache.iceberg.Table;
 import org.apache.iceberg.catalog.TableIdentifier;
 import org.apache.iceberg.flink.CatalogLoader;
 import org.apache.iceberg.flink.FlinkSchemaUtil;
@@ -83,8 +81,11 @@ public final class CdcUpsertJob {
         catalog.put("jdbc.password", System.getenv().getOrDefault("AIRFLOW_ICEBERG_CATALOG_PASSWORD", ""));
         catalog.put("warehouse", params.getRequired("warehouse"));
         String catalogName = params.get("catalog", "lake");
+        String catalogImpl = "org.apache.iceberg.jdbc.JdbcCatalog";
         CatalogLoader catalogLoader = CatalogLoader.custom(catalogName, catalog,
-                new org.apache.hadoop.conf.Configuration(), "org.apache.iceberg.jdbc.JdbcCatalog");
+                new org.apache.hadoop.conf.Configuration(), catalogImpl);
+        Map<String, String> snapshotCatalog = new HashMap<>(catalog);  // the acknowledgements' own catalog
+        snapshotCatalog.put("catalog-impl", catalogImpl);
         TableLoader tableLoader = TableLoader.fromCatalog(catalogLoader, TableIdentifier.parse(params.getRequired("table")));
 
         Schema schema;
@@ -112,7 +113,7 @@ public final class CdcUpsertJob {
                 .writerId(params.getRequired("writer-id"))
                 .pokeInterval(Duration.ofMillis(params.getLong("poke-ms", 1000)))
                 .timeout(Duration.ofSeconds(2))
-                .snapshotIds(new IcebergSnapshotIds(tableLoader.clone()))
+                .snapshotIds(new IcebergSnapshotIds(catalogName, snapshotCatalog, params.getRequired("table")))
                 .build();
 
         DataStream<RowData> changes = env
@@ -145,35 +146,6 @@ public final class CdcUpsertJob {
             RowKind kind = fields[1].equals("d") ? RowKind.DELETE : RowKind.INSERT;
             return GenericRowData.ofKind(kind, Long.parseLong(fields[2]), StringData.fromString(fields[3]),
                     Long.parseLong(fields[0]));
-        }
-    }
-
-    /** The table's current snapshot, for the acknowledgement of a pause (SnapshotIdSupplier's example). */
-    static final class IcebergSnapshotIds implements SnapshotIdSupplier {
-        private static final long serialVersionUID = 1L;
-        private final TableLoader loader;
-        private transient Table table;
-
-        IcebergSnapshotIds(TableLoader loader) {
-            this.loader = loader;
-        }
-
-        @Override
-        public void open() {
-            loader.open();
-            table = loader.loadTable();
-        }
-
-        @Override
-        public Long currentSnapshotId() {
-            table.refresh();  // the committer may have just committed: read the catalog again
-            Snapshot current = table.currentSnapshot();
-            return current == null ? null : current.snapshotId();
-        }
-
-        @Override
-        public void close() throws Exception {
-            loader.close();
         }
     }
 }
