@@ -14,10 +14,10 @@ import random
 import threading
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
@@ -292,3 +292,73 @@ class SqlJob(FlinkJob):
             env=env,
             without_gate_jar=True,
         )
+
+
+class TableChanges:
+    """Inserts, updates and deletes of ``keys`` keys in a MySQL table ``orders (id, v, seq)``, as an application
+    would make them, for change data capture from its binlog.
+
+    Every change sets ``seq`` to the next number and ``v`` to ``v<seq>``; :meth:`mark` writes one more, to the
+    marker row (id -1), whose ``seq`` arriving downstream says that every change before it did (a binlog is read in
+    order). The table's state is the database's own: :meth:`digest` reads it.
+    """
+
+    MARKER_ID = -1
+
+    def __init__(self, connect: Callable[[], Any], keys: int, *, delete_share: float = 0.2, seed: int = 25) -> None:
+        self.connect = connect
+        self.keys = keys
+        self.delete_share = delete_share
+        self.rng = random.Random(seed)
+        self.seq = 0
+        self.changes = 0
+
+    def create(self) -> None:
+        """The table, with every key inserted (what the connector's snapshot reads)."""
+        with self.connect() as db, db.cursor() as cursor:
+            cursor.execute("CREATE TABLE orders (id BIGINT PRIMARY KEY, v VARCHAR(64), seq BIGINT NOT NULL)")
+            rows = [(key, f"v{key}", key) for key in range(self.keys)]
+            cursor.executemany("INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s)", rows)
+        self.seq = self.keys
+
+    def run(self, rate: float, until: threading.Event, most: int) -> None:
+        """Change random keys at ``rate`` a second, each change its own transaction, until ``until`` is set or
+        ``most`` changes are made."""
+        started = time.monotonic()
+        with self.connect() as db, db.cursor() as cursor:
+            while not until.is_set() and self.changes < most:
+                key = self.rng.randrange(self.keys)
+                if self.rng.random() < self.delete_share:
+                    cursor.execute("DELETE FROM orders WHERE id = %s", (key,))
+                else:
+                    cursor.execute(
+                        "INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s) "
+                        "ON DUPLICATE KEY UPDATE v = VALUES(v), seq = VALUES(seq)",
+                        (key, f"v{self.seq}", self.seq),
+                    )
+                self.seq += 1
+                self.changes += 1
+                ahead = self.changes / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+
+    def mark(self) -> int:
+        """Write the marker row with the next seq; that seq."""
+        marker = self.seq
+        with self.connect() as db, db.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s) "
+                "ON DUPLICATE KEY UPDATE v = VALUES(v), seq = VALUES(seq)",
+                (self.MARKER_ID, f"v{marker}", marker),
+            )
+        self.seq += 1
+        return marker
+
+    def digest(self) -> dict[str, int]:
+        """The table's rows, keys and the sum of CRC-32s of ``<id>:<v>:<seq>`` over every row (Spark's crc32 too)."""
+        with self.connect() as db, db.cursor() as cursor:
+            cursor.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT id), COALESCE(SUM(CRC32(CONCAT(id, ':', v, ':', seq))), 0) FROM orders"
+            )
+            rows, keys, digest = cursor.fetchone()
+        return {"row_count": int(rows), "keys": int(keys), "digest": int(digest)}

@@ -103,6 +103,10 @@ def stacks_table() -> str:
         ("Spark (PySpark)", lambda s: s.pyspark),
         ("Iceberg in Spark", lambda s: f"{s.iceberg_spark} (`iceberg-spark-runtime-{s.spark_line}_{s.scala}`)"),
         ("MariaDB JDBC driver", lambda s: s.mariadb_jdbc),
+        (
+            "Flink CDC's MySQL connector (+ MySQL's driver)",
+            lambda s: f"{s.flink_mysql_cdc} ({s.mysql_jdbc})" if s.flink_mysql_cdc else "none served",
+        ),
         ("JDK", lambda s: str(s.jdk)),
         ("gated Flink source", lambda s: f"`{s.flink_artifact}`"),
     ]
@@ -124,6 +128,12 @@ def stacks_install() -> str:
             f"Flink {stack.flink_line} jobs put `{stack.flink_artifact}.jar` (`make setup-stacks` builds it into "
             f"`build/stacks/{stack.name}/flink/`) and `{stack.iceberg_flink_runtime}` beside their Kafka connector "
             f"`org.apache.flink:flink-connector-kafka:{stack.flink_kafka}`.\n"
+            + (
+                f"A Flink SQL job that reads a MySQL binlog adds `org.apache.flink:flink-sql-connector-mysql-cdc:"
+                f"{stack.flink_mysql_cdc}` and `com.mysql:mysql-connector-j:{stack.mysql_jdbc}`.\n"
+                if stack.flink_mysql_cdc
+                else "No Flink CDC MySQL connector for this Flink line is served.\n"
+            )
         )
     return "\n".join(parts)
 

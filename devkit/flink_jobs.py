@@ -52,6 +52,14 @@ def gate_jar() -> Path:
     return jar
 
 
+def sql_jar(artifact: str) -> Path:
+    """A jar the stack's SQL jobs add (``sql-jars/``: Flink CDC's MySQL connector, MySQL's driver), by artifact."""
+    found = sorted((FLINK_BUILD / "sql-jars").glob(f"{artifact}-*.jar"))
+    if len(found) != 1:
+        raise FlinkJobError(f"the stack has {len(found)} {artifact} jars under {FLINK_BUILD / 'sql-jars'}, not one")
+    return found[0]
+
+
 class FlinkJobError(AssertionError):
     """The job exited, or did not get where the caller waited for in time; the message holds its log's tail."""
 

@@ -60,14 +60,19 @@ class PrivateMariaDB:
         directory already there is used as it is (that is how :meth:`start` restarts a server).
     :param port: Its TCP port on 127.0.0.1; default: a free one, kept across restarts.
     :param start_timeout: Seconds :meth:`start` and :meth:`stop` wait for the server before they fail.
+    :param binlog: Write a row-based binary log with full row images, as a source of change data capture
+        (Flink CDC's MySQL connector) needs; without it, none.
     """
 
     user = "root"
     password = ""
     host = "127.0.0.1"
 
-    def __init__(self, base_dir: Path, *, port: int | None = None, start_timeout: float = 60.0) -> None:
+    def __init__(
+        self, base_dir: Path, *, port: int | None = None, start_timeout: float = 60.0, binlog: bool = False
+    ) -> None:
         self.base_dir = Path(base_dir)
+        self.binlog = binlog
         self.datadir = self.base_dir / "data"
         self.error_log = self.base_dir / "mariadbd.err"
         self.port = port or free_port()
@@ -102,7 +107,11 @@ class PrivateMariaDB:
             f"--socket={self.socket}",
             f"--pid-file={self.base_dir / 'mariadbd.pid'}",
             f"--log-error={self.error_log}",
-            "--skip-log-bin",
+            *(
+                ["--log-bin=mariadb-bin", "--binlog-format=ROW", "--binlog-row-image=FULL", "--server-id=1"]
+                if self.binlog
+                else ["--skip-log-bin"]
+            ),
             "--innodb-buffer-pool-size=32M",
         ]
         # Its own session, so that signals meant for the test runner's process group do not reach it.

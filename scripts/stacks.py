@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from datetime import date
 from pathlib import Path
 
@@ -46,6 +46,10 @@ class Stack:
     iceberg_spark: str
     mariadb_jdbc: str
     jdk: int
+    #: Flink CDC's MySQL connector for the Flink line (``flink-sql-connector-mysql-cdc``) and MySQL's JDBC driver
+    #: it reads through; None where no release for the line is served.
+    flink_mysql_cdc: str | None = None
+    mysql_jdbc: str | None = None
 
     @property
     def flink_line(self) -> str:
@@ -91,13 +95,16 @@ class Stack:
         }
 
     def maven_flink_properties(self) -> dict[str, str]:
-        return {
+        properties = {
             "flink.version": self.flink,
             "flink.line": self.flink_line,
             "flink.kafka.version": self.flink_kafka,
             "iceberg.version": self.iceberg_flink,
             "mariadb.version": self.mariadb_jdbc,
         }
+        if self.flink_mysql_cdc:  # the SQL jars a CDC job adds: build/stacks/<stack>/flink/sql-jars
+            properties |= {"flink.mysql.cdc.version": self.flink_mysql_cdc, "mysql.jdbc.version": str(self.mysql_jdbc)}
+        return properties
 
 
 @dataclass(frozen=True)
@@ -121,14 +128,16 @@ class Matrix:
 
 
 def load(path: Path = MATRIX_FILE) -> Matrix:
-    """The matrix, each stack checked for exactly the keys a stack has."""
+    """The matrix, each stack checked for the keys a stack has: every required one, and optional ones in pairs."""
     document = tomllib.loads(path.read_text())
-    keys = {field.name.replace("_", "-") for field in fields(Stack)} - {"name"}
+    keys = {field.name.replace("_", "-") for field in fields(Stack) if field.default is MISSING} - {"name"}
+    optional = {field.name.replace("_", "-") for field in fields(Stack) if field.default is not MISSING}
     stacks = {}
     for name, entry in document["stacks"].items():
-        if set(entry) != keys:
+        if set(entry) - optional != keys or set(entry) & optional not in (set(), optional):
             raise ValueError(
-                f"{path.name}: stack {name!r} has keys {sorted(entry)}; a stack has exactly {sorted(keys)}"
+                f"{path.name}: stack {name!r} has keys {sorted(entry)}; a stack has exactly {sorted(keys)}, and "
+                f"either all or none of {sorted(optional)}"
             )
         stacks[name] = Stack(name=name, **{key.replace("-", "_"): value for key, value in entry.items()})
     tested = dict(document["airflow"]["tested"])

@@ -30,10 +30,11 @@ from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.triggers.snapshot_idle import committed_by
-from devkit.cdc import CdcJob, ChangeStream, SqlJob, create_cdc_table
+from devkit.cdc import CdcJob, ChangeStream, SqlJob, TableChanges, create_cdc_table
 from devkit.dag_runs import load_dag
-from devkit.flink_jobs import wait_for_acknowledgements
+from devkit.flink_jobs import sql_jar, wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
+from devkit.private_mariadb import PrivateMariaDB
 from devkit.tables import TableStats, drop_table
 from devkit.writers import run_statements, ungated_rewrite
 
@@ -290,6 +291,67 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     assert read_back(table_config, cdc_table) == exact
 
 
+#: The SQL jobs' compactions: the table's real health thresholds (the suite's are for tiny tables), and an idle
+#: window of ten minutes, so that only the writers' acknowledgement ends a wait in time.
+SQL_COMPACTION = {
+    "idle_seconds": 600,
+    "health": {"watch": False, "min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60},
+    "rewrite_data_files": REWRITE_TARGET,
+}
+
+
+def acknowledged_compactions(job, table, compaction_dag, table_config, gate_hook, stack_check, count=3) -> list:
+    """``count`` compactions of ``table`` beside ``job``, each once the table's health asks for one; each must
+    succeed, its wait ended by every subtask's acknowledgement. (closed, opened, rewrite_data_files' result) each."""
+    config = table_config(table, **SQL_COMPACTION)
+    thresholds = config.health.thresholds()
+    where = {procedure: None for procedure in REWRITE_PROCEDURES}
+    compactions: list = []
+    for number in range(1, count + 1):
+        job.wait_for(
+            lambda: plan_table(load(table), table, thresholds, where, {})[1].decision == "compact",
+            "the table's health asking for a compaction",
+            timeout=180,
+        )
+        run = compaction_dag(table, **SQL_COMPACTION).test()
+        assert run.state == "success", f"compaction {number} ended {run.state}"
+        wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+        assert wait["done_by"] == "writer acknowledgement", wait
+        assert set(wait["writers_acknowledged"]) == job.writer_ids, wait
+        trail = [r for r in gate_hook.audit_trail(table) if r["owner_run_id"] == run.run_id]
+        closed = min(r["at"] for r in trail if r["action"] == "close")
+        opened = max(r["at"] for r in trail if r["action"] == "open")
+        rewritten = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+        compactions.append((closed, opened, rewritten["rewrite_data_files"]))
+        stack_check.record(
+            compactions=len(compactions),
+            gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _ in compactions],
+            rewrite_failed_commits=0,
+        )
+    return compactions
+
+
+def pause_until_committed(gate_hook, table: str, job, run_name: str) -> None:
+    """Close the gate and open it again once every subtask has acknowledged: whatever ``job`` emitted before is
+    committed then."""
+    owner = GateOwner(compaction_dag_id(TableName.parse(table)), f"manual__{run_name}")
+    gate_hook.close_gate(table, owner, lease_seconds=300)
+    wait_for_acknowledgements(gate_hook, table, job)
+    gate_hook.open_gate(table, owner)
+
+
+def assert_nothing_emitted_while_closed(job, compactions: list, label: str) -> None:
+    for number, (closed, opened, data) in enumerate(compactions, 1):
+        print(
+            f"{label}, compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
+            f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}"
+        )
+        assert data["failed_data_files_count"] == 0
+        for subtask, e in job.events().items():
+            late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
+            assert late == [], f"subtask {subtask} emitted {len(late)} changes during compaction {number}"
+
+
 @pytest.mark.stack_check("Flink SQL CDC upsert, gated")
 def test_a_flink_sql_upsert_from_a_gated_kafka_table_pauses_for_three_compactions_and_loses_no_change(
     kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
@@ -297,11 +359,6 @@ def test_a_flink_sql_upsert_from_a_gated_kafka_table_pauses_for_three_compaction
     """The same pipeline, written in Flink SQL alone (``flink_sql/gated_kafka_cdc.sql``, the docs' DDL): Debezium
     change events in Kafka, a ``'connector' = 'gated'`` table over Kafka's connector, ``INSERT INTO`` the Iceberg
     table in upsert mode. The script adds the gated connector's jar itself (``ADD JAR``)."""
-    thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
-    # An idle window of ten minutes: only the writers' acknowledgement ends a wait in time.
-    settings = {"idle_seconds": 600, "health": {"watch": False, **thresholds}, "rewrite_data_files": REWRITE_TARGET}
-    config = table_config(cdc_table, **settings)
-    where = {procedure: None for procedure in REWRITE_PROCEDURES}
     topic = f"changes_{unique_name}"
     kafka.create_topic(topic, partitions=PARALLELISM)
     job = SqlJob(
@@ -317,30 +374,8 @@ def test_a_flink_sql_upsert_from_a_gated_kafka_table_pauses_for_three_compaction
     compacted = threading.Event()
     producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, RATE, compacted), daemon=True)
     producing.start()
-    compactions = []
     try:
-        for number in range(1, 4):
-            job.wait_for(
-                lambda: plan_table(load(cdc_table), cdc_table, config.health.thresholds(), where, {})[1].decision
-                == "compact",
-                "the table's health asking for a compaction",
-                timeout=180,
-            )
-            run = compaction_dag(cdc_table, **settings).test()
-            assert run.state == "success", f"compaction {number} ended {run.state}"
-            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
-            assert wait["done_by"] == "writer acknowledgement", wait
-            assert set(wait["writers_acknowledged"]) == job.writer_ids, wait
-            trail = [r for r in gate_hook.audit_trail(cdc_table) if r["owner_run_id"] == run.run_id]
-            closed = min(r["at"] for r in trail if r["action"] == "close")
-            opened = max(r["at"] for r in trail if r["action"] == "open")
-            rewritten = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
-            compactions.append((closed, opened, rewritten["rewrite_data_files"]))
-            stack_check.record(
-                compactions=len(compactions),
-                gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _ in compactions],
-                rewrite_failed_commits=0,
-            )
+        compactions = acknowledged_compactions(job, cdc_table, compaction_dag, table_config, gate_hook, stack_check)
         compacted.set()
         producing.join(timeout=300)
         assert not producing.is_alive(), "the producer did not finish"
@@ -349,36 +384,86 @@ def test_a_flink_sql_upsert_from_a_gated_kafka_table_pauses_for_three_compaction
             f"all {stream.produced} changes emitted",
             timeout=180,
         )
-        # A last pause, acknowledged: each subtask's checkpoints after its last change are committed.
-        owner = GateOwner(compaction_dag_id(TableName.parse(cdc_table)), f"manual__{unique_name}")
-        gate_hook.close_gate(cdc_table, owner, lease_seconds=300)
-        wait_for_acknowledgements(gate_hook, cdc_table, job)
-        gate_hook.open_gate(cdc_table, owner)
+        pause_until_committed(gate_hook, cdc_table, job, unique_name)
         assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # it never restarts: a failure ends it
         stack_check.record(writer_failed_commits=0)  # a failed commit would have ended the job
     finally:
         compacted.set()
         job.stop()
 
-    events = job.events()
-    assert sorted(events) == list(range(PARALLELISM))
-    for number, (closed, opened, data) in enumerate(compactions, 1):
-        print(
-            f"SQL job, compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
-            f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}"
-        )
-        assert data["failed_data_files_count"] == 0
-        for subtask, e in events.items():
-            late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
-            assert late == [], f"subtask {subtask} emitted {len(late)} changes during compaction {number}"
+    assert sorted(job.events()) == list(range(PARALLELISM))
+    assert_nothing_emitted_while_closed(job, compactions, "SQL job")
     history = {entry.snapshot_id for entry in load(cdc_table).history()}
-    writers = gate_hook.get_state(cdc_table).writers
-    assert {w.ack_snapshot_id for w in writers} <= history
+    assert {w.ack_snapshot_id for w in gate_hook.get_state(cdc_table).writers} <= history
     exact = {"row_count": len(stream.expected), "keys": len(stream.expected), "digest": stream.digest()}
     found = read_back(table_config, cdc_table)
     print(f"SQL job: {stream.produced} changes to {KEYS} keys, {len(stream.expected)} live; table: {found}")
     stack_check.record(rows_exact=found == exact)
     assert found == exact
+
+
+@pytest.mark.stack_check("Flink SQL, MySQL CDC, gated")
+@pytest.mark.mysql_cdc
+def test_changes_to_a_mariadb_table_flow_through_its_binlog_flink_sql_and_the_gate_into_iceberg_exactly(
+    cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
+):
+    """CDC straight from a binlog (``flink_sql/gated_mysql_cdc.sql``, the docs' DDL): Flink CDC's MySQL connector
+    reads a MariaDB table, a snapshot of its 10,000 rows and then its binlog, through the gate, and Flink SQL
+    upserts it into Iceberg, while the table is changed and three gated compactions run. At the end the Iceberg
+    table equals the MariaDB table: its row count, its keys and a checksum of every row."""
+    with PrivateMariaDB(tmp_path / "source-db", binlog=True) as source:
+        source.create_database("shop")
+        changes = TableChanges(lambda: source.connect("shop"), KEYS)
+        changes.create()
+        job = SqlJob(
+            tmp_path / "job",
+            SQL_SCRIPTS / "gated_mysql_cdc.sql",
+            table=cdc_table,
+            writer_id=unique_name,
+            parallelism=PARALLELISM,
+            variables={
+                "MYSQL_CDC_JAR": sql_jar("flink-sql-connector-mysql-cdc"),
+                "MYSQL_JDBC_JAR": sql_jar("mysql-connector-j"),
+                "MYSQL_HOST": source.host,
+                "MYSQL_PORT": source.port,
+                "MYSQL_USER": source.user,
+                "MYSQL_PASSWORD": source.password,
+                "MYSQL_DATABASE": "shop",
+            },
+        )
+        job.start()
+        compacted = threading.Event()
+        changing = threading.Thread(target=changes.run, args=(RATE / 2, compacted, MOST_CHANGES), daemon=True)
+        try:
+            # The snapshot first: every key the table began with has left the source.
+            job.wait_for(lambda: set(range(KEYS)) <= set(emitted_changes(job)), "the snapshot's rows", timeout=180)
+            changing.start()
+            compactions = acknowledged_compactions(job, cdc_table, compaction_dag, table_config, gate_hook, stack_check)
+            compacted.set()
+            changing.join(timeout=120)
+            assert not changing.is_alive(), "the changes did not stop"
+            # The binlog is read in order: once the marker's change has left the source, every earlier one has.
+            marker = changes.mark()
+            job.wait_for(lambda: marker in emitted_changes(job), "the marker change", timeout=180)
+            pause_until_committed(gate_hook, cdc_table, job, unique_name)
+            assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # it never restarts: a failure ends it
+            stack_check.record(writer_failed_commits=0)
+        finally:
+            compacted.set()
+            job.stop()
+        expected = changes.digest()
+
+    assert_nothing_emitted_while_closed(job, compactions, "MySQL CDC job")
+    (found,) = run_statements(
+        table_config(cdc_table),
+        [
+            "SELECT count(*) AS row_count, count(DISTINCT id) AS keys, coalesce(sum(crc32(concat(CAST(id AS STRING), "
+            f"':', v, ':', CAST(seq AS STRING)))), 0) AS digest FROM {cdc_table}"
+        ],
+    )
+    print(f"MySQL CDC job: {changes.changes} changes after a snapshot of {KEYS}; MariaDB {expected}, Iceberg {found}")
+    stack_check.record(rows_exact=found == expected)
+    assert found == expected
 
 
 def test_the_cdc_job_killed_in_a_pause_restores_after_the_daily_rewrite_and_maintenance_losing_and_repeating_nothing(

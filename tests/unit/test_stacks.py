@@ -58,6 +58,22 @@ def test_a_stack_with_a_missing_or_unknown_key_is_refused_naming_it(tmp_path):
         stacks.load(tmp_path / "stacks.toml")
 
 
+def test_flink_cdcs_mysql_connector_and_its_driver_come_as_a_pair_and_reach_the_flink_build_only_when_named(
+    tmp_path,
+):
+    matrix = stacks.load()
+    assert run("maven-flink", "lts").stdout.split()[-2:] == [
+        f"-Dflink.mysql.cdc.version={matrix['lts'].flink_mysql_cdc}",
+        f"-Dmysql.jdbc.version={matrix['lts'].mysql_jdbc}",
+    ]
+    assert matrix["newest"].flink_mysql_cdc is None  # none served for Flink 2.1
+    assert "mysql" not in run("maven-flink", "newest").stdout
+    text = stacks.MATRIX_FILE.read_text().replace('mysql-jdbc = "8.4.0"\n', "", 1)
+    (tmp_path / "stacks.toml").write_text(text)
+    with pytest.raises(ValueError, match=r"either all or none of \['flink-mysql-cdc', 'mysql-jdbc'\]"):
+        stacks.load(tmp_path / "stacks.toml")
+
+
 def test_the_environments_stack_is_the_default_unless_named(monkeypatch):
     monkeypatch.delenv(stacks.STACK_ENV, raising=False)
     assert stacks.current().name == stacks.load().default
