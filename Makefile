@@ -15,6 +15,7 @@
 #             for two minutes during the health watch's sweeps; then 200 tables needing work at once on 4 Spark
 #             slots, the triggerer and the scheduler SIGKILLed in the middle (about two and a half hours)
 # make unit   the fast tests only (no servers), Java and Python
+# make lint   ruff, mypy, and the package's layers (lint-imports: the contracts in pyproject.toml's tool.importlinter)
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
 #             the docs site with --strict into build/site (make site: the build alone, which make test runs)
 # make java-test  the Flink module's JUnit tests, `mvn verify` on flink/pom.xml once per Flink line of the matrix
@@ -72,6 +73,7 @@ lint: setup
 	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/mypy airflow_iceberg spark_jobs
+	@.venv/airflow/bin/lint-imports --no-cache --no-logo
 
 unit: setup-stacks java-test
 	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)

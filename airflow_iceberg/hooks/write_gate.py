@@ -12,7 +12,7 @@ The tables are defined in ``write_gate.sql`` and created or upgraded by ``airflo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, cast
@@ -97,6 +97,11 @@ _SCHEMA_ERRORS = {1146, 1054}
 #: pymysql's codes for a MySQL that cannot be reached (2003, 2005, 2006, 2013) or refuses the login (1044, 1045).
 _UNREACHABLE = {2003, 2005, 2006, 2013}
 _LOGIN_REFUSED = {1044, 1045}
+
+
+def run_owner(context: Mapping[str, Any]) -> GateOwner:
+    """The gate owner for the DAG run that ``context`` belongs to."""
+    return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
 
 
 class WriteGateHook(RunRecords, BaseHook):

@@ -26,9 +26,8 @@ from airflow_iceberg.core.procedures import checked_procedure, normalize_argumen
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
-from airflow_iceberg.hooks.write_gate import WriteGateHook  # noqa: E402
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner  # noqa: E402
 from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402
-from airflow_iceberg.operators.write_gate import run_owner  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()

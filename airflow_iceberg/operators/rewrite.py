@@ -13,7 +13,7 @@ from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.spark_job import ProcedureCall
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.operators.procedure import IcebergProcedureOperator
-from airflow_iceberg.operators.run_params import check_predicate, overrides_from_params
+from airflow_iceberg.operators.run_params import overrides_from_params
 
 
 def table_asset(table: TableName) -> Asset:
@@ -149,6 +149,8 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
             predicate = call.where
             # A plan's predicates were parsed by the plan task, before the gate closed: not again while writers wait.
             if predicate is not None and not self.plan_task_id:
+                from airflow_iceberg.planning.predicates import check_predicate  # sqlglot: off the parse path
+
                 check_predicate(predicate, f"{procedure}'s where")
             calls.append(call)
         return calls

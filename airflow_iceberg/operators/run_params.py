@@ -12,18 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import jinja2
-import pendulum
 from airflow.sdk import BaseOperator, Context, Param
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg.core.iceberg_runtime import IcebergRuntime, check_options
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_arguments, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.exceptions import RunParamsError
+from airflow_iceberg.planning.templates import render_predicate
 
 # Param name -> the rewrite option it sets, in both rewrite procedures.
 _OPTION_PARAMS = {
@@ -166,69 +163,6 @@ def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | N
     )
 
 
-def time_context(when: datetime) -> dict[str, Any]:
-    """The names a predicate template may use for the run's date, as of ``when``, and Airflow's ``macros``.
-
-    A run the health watch starts is asset-triggered and has no logical date: its predicates render as of when it
-    was started (its ``run_after``), so ``{{ ds }}`` is that day. The watch renders them the same way.
-    """
-    from airflow.sdk.execution_time import macros
-
-    when = pendulum.instance(when).in_timezone("UTC")
-    return {
-        "logical_date": when,
-        "ds": when.to_date_string(),
-        "ds_nodash": when.strftime("%Y%m%d"),
-        "ts": when.isoformat(),
-        "ts_nodash": when.strftime("%Y%m%dT%H%M%S"),
-        "macros": macros,
-    }
-
-
-def started_by_health_watch(context: Any) -> bool:
-    """Whether the run was started by an asset event, as the health watch starts them."""
-    run = context.get("dag_run")
-    return getattr(run, "run_type", None) == "asset_triggered"
-
-
-def render_predicate(operator: Any, template: str | None, context: Any, what: str) -> str | None:
-    """``template`` rendered for this run, or :class:`RunParamsError` with a sentence that says why not.
-
-    A predicate that uses the run's logical date (``ds``, ``logical_date``, ``macros.ds_add(ds, -2)``, ...) cannot
-    be rendered for a run without one (triggered with ``logical_date: null``); the error says so and how to
-    run anyway.
-    """
-    if not template:
-        return None
-    if context.get("logical_date") is None and started_by_health_watch(context):
-        context = {**context, **time_context(context["dag_run"].run_after)}
-    # Strict whatever the DAG says: an undefined name must fail here, not become '' inside a predicate.
-    strict = operator.get_template_env().overlay(undefined=jinja2.StrictUndefined)
-    try:
-        return operator.render_template(template, context, jinja_env=strict)
-    except jinja2.UndefinedError as error:
-        if context.get("logical_date") is None:
-            raise RunParamsError(
-                f"{what} {template!r} uses the run's logical date ({error}), but this run has none: it was "
-                "triggered without a logical date. Give the run its own 'where' in its conf, or trigger it with "
-                "a logical date."
-            ) from None
-        raise RunParamsError(f"{what} {template!r} cannot be rendered for this run: {error}") from None
-    except jinja2.TemplateError as error:
-        raise RunParamsError(f"{what} {template!r} is not a valid template: {error}") from None
-
-
-def check_predicate(predicate: str, what: str) -> None:
-    """Parse ``predicate`` as Spark would take it, or fail the task without retries, naming ``what`` and it."""
-    from airflow_iceberg.exceptions import PredicateError  # sqlglot: off the parse path
-    from airflow_iceberg.planning.predicates import parse_predicate  # sqlglot: off the parse path
-
-    try:
-        parse_predicate(predicate, what=what, rendered=True)  # the final text: rendered, where it was a template
-    except PredicateError as error:
-        raise AirflowFailException(str(error)) from None
-
-
 class CheckRunParamsOperator(BaseOperator):
     """Validate the run's Params and the predicate each rewrite will use; return those predicates.
 
@@ -279,8 +213,7 @@ class CheckRunParamsOperator(BaseOperator):
             return self._check(**context)
         except Exception as error:
             if self.write_gate_conn_id:
-                from airflow_iceberg.hooks.write_gate import WriteGateHook
-                from airflow_iceberg.operators.write_gate import run_owner
+                from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 
                 owner = run_owner(context)
                 WriteGateHook(self.write_gate_conn_id).record_failed_run(

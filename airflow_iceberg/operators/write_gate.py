@@ -13,12 +13,7 @@ from airflow_iceberg.core.gate_state import GateOwner, check_lease_seconds
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
-from airflow_iceberg.hooks.write_gate import WriteGateHook
-
-
-def run_owner(context: Mapping[str, Any]) -> GateOwner:
-    """The gate owner for the DAG run that ``context`` belongs to."""
-    return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 
 
 class CloseWriteGateOperator(BaseOperator):

@@ -350,3 +350,13 @@ def _typed(text: str, field: Any) -> Any:
     except ValueError:
         raise _Untranslatable(f"{text!r} is not a {kind} value for column {field.name!r}") from None
     return text
+
+
+def check_predicate(predicate: str, what: str) -> None:
+    """Parse ``predicate`` as Spark would take it, or fail the task without retries, naming ``what`` and it."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        parse_predicate(predicate, what=what, rendered=True)  # the final text: rendered, where it was a template
+    except PredicateError as error:
+        raise AirflowFailException(str(error)) from None

@@ -15,8 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
-from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.operators.write_gate import run_owner
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
 
 #: The least time a look gets, even when the sensor's timeout has (all but) run out: in reschedule mode each poke is

@@ -44,6 +44,7 @@ from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.planning.health import HealthThresholds
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
+from airflow_iceberg.planning.templates import render_at
 
 #: The first element of every health watch's shared-stream key.
 HEALTH_STREAM = "airflow-iceberg-table-health"
@@ -484,19 +485,6 @@ async def _pending_runs(dag_id: str) -> int:
     from asgiref.sync import sync_to_async
 
     return await sync_to_async(RuntimeTaskInstance.get_dr_count)(dag_id=dag_id, states=PENDING_RUN_STATES)
-
-
-def render_at(template: str | None, when: datetime) -> str | None:
-    """A predicate template rendered as a watch-started run renders it: as of ``when``, its time (see
-    ``run_params.time_context``)."""
-    if not template:
-        return None
-    from jinja2 import StrictUndefined
-    from jinja2.sandbox import SandboxedEnvironment
-
-    from airflow_iceberg.operators.run_params import time_context
-
-    return SandboxedEnvironment(undefined=StrictUndefined).from_string(template).render(time_context(when))
 
 
 def _say(error: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The health watch's trigger: one shared sweep per catalog, its serialization, and its rendering of predicates."""
+"""The health watch's trigger: one shared sweep per catalog, and its serialization."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from airflow_iceberg.triggers.table_health import (
     TableHealthTrigger,
     health_asset,
     health_asset_name,
-    render_at,
 )
 
 
@@ -78,13 +77,6 @@ def test_each_table_has_its_own_asset_and_watcher():
         asset.name == health_asset_name(TableName.parse("lake.sales.orders")) == "iceberg_health__lake__sales__orders"
     )
     assert [w.trigger.table for w in asset.watchers] == ["lake.sales.orders"]
-
-
-def test_a_predicate_renders_as_of_the_sweep_as_a_watch_started_run_renders_it():
-    when = datetime(2026, 11, 26, 9, 30, tzinfo=timezone.utc)
-    assert render_at("ts >= '{{ macros.ds_add(ds, -2) }}'", when) == "ts >= '2026-11-24'"
-    assert render_at("dt = '{{ ds_nodash }}'", when) == "dt = '20261126'"
-    assert render_at(None, when) is None
 
 
 class _Runs:
