@@ -15,7 +15,8 @@ A sweep, for every watched table:
 - decides by :func:`airflow_iceberg.planning.plan.plan_table`, the rule ``plan_compaction`` applies when the run starts;
 - starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
   or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event
-  asked for has not been created yet (:data:`RUN_APPEAR_SECONDS`): one event per need;
+  asked for has not been created yet (:data:`RUN_APPEAR_SECONDS`), or the table changed since the sweep read it
+  (a run that ended during a long sweep): one event per need;
 - writes what it decided for each table to the gate database (``iceberg_health_check``), for the fleet page and
   ``airflow-iceberg report``.
 
@@ -32,7 +33,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Hashable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -377,8 +378,9 @@ class CatalogSweep:
                     f"could not read {table}'s current metadata file {location}: {_say(error)}. No engine can read "
                     "the table until that file is restored, or its catalog entry points at a readable metadata file",
                 )
-            memory = self.memory[table] = TableMemory(
-                location, facts, memory.last_read if memory else None, memory.started_at if memory else None
+            # A new snapshot: new facts; what the watch asked for and saw of runs stays.
+            memory = self.memory[table] = (
+                replace(memory, location=location, facts=facts) if memory else TableMemory(location, facts)
             )
         if self.trouble.pop(table, None) is not None:
             self.log.info("Health check of %s: readable again", table)
@@ -433,6 +435,7 @@ class CatalogSweep:
                 check.decision = "waiting"
                 check.reason = f"{check.reason}; the gate database is unreachable: {_say(error)}"
             return
+        starting: list[Check] = []
         for check in due:
             watcher, memory = watchers[check.table], self.memory[check.table]
             cooldown = watcher.cooldown_minutes * 60
@@ -458,12 +461,32 @@ class CatalogSweep:
                 ended = "ended" if last["finished_at"] else "began"
                 wait = f"its last run ({last['run_id']}, {last['outcome']}) {ended} {last['seconds_ago']:.0f} s ago"
             if wait is None:
-                check.decision = "started"
-                memory.started_at, memory.started_wall = time.monotonic(), datetime.now(timezone.utc)
-                memory.run_seen = False
+                starting.append(check)
             else:
                 check.decision = "waiting"
                 check.reason = f"{check.reason}; waits: {wait} (cooldown {watcher.cooldown_minutes:g} min)"
+        if not starting:
+            return
+        # The checks read the catalog when the sweep began, and the look at each table's runs above takes a while
+        # with many tables (a call to Airflow each): a run that committed meanwhile, and ended more than a
+        # cool-down ago by now, has made its table's check stale. Only a table still as the check read it starts.
+        relist_error: str | None = None
+        try:
+            now_at, _ = await asyncio.to_thread(self.list_locations, [TableName.parse(c.table) for c in starting])
+        except Exception as error:
+            now_at, relist_error = {}, _say(error)
+        for check in starting:
+            memory = self.memory[check.table]
+            if now_at.get(check.table) == memory.location:
+                check.decision = "started"
+                memory.started_at, memory.started_wall = time.monotonic(), datetime.now(timezone.utc)
+                memory.run_seen = False
+                continue
+            check.decision = "waiting"
+            if relist_error is not None:
+                check.reason = f"{check.reason}; waits: the catalog did not answer a second look: {relist_error}"
+            else:
+                check.reason = f"{check.reason}; waits: the table changed while this sweep ran; the next one decides"
 
     def _gate(self) -> Any:
         from airflow_iceberg.hooks.write_gate import WriteGateHook
