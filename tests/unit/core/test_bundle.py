@@ -24,18 +24,26 @@ def test_the_zip_is_built_once_per_content(tmp_path: Path):
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no partial file left behind
 
 
-def test_the_zip_imports_alone_without_airflow(tmp_path: Path):
-    """What a Spark driver or a writer has: the zip on its path and no Airflow (pymysql is imported when used)."""
+def test_every_module_of_the_zip_imports_alone_without_airflow(tmp_path: Path):
+    """What a Spark driver or a writer has: the zip on its path and no Airflow (pymysql and pyspark are imported
+    when used). Every module the zip holds, found in it, not listed here."""
+    zipped = bundle.core_zip(tmp_path)
+    modules = sorted(
+        name.removesuffix(".py").replace("/", ".")
+        for name in zipfile.ZipFile(zipped).namelist()
+        if name.startswith("airflow_iceberg/core/") and not name.endswith("__init__.py")
+    )
+    assert len(modules) == len(list(CORE.glob("*.py"))) - 1
     probe = (
-        "import sys; sys.modules['airflow'] = None\n"  # any import of Airflow fails
-        "from airflow_iceberg.core import gate_protocol, lease, procedures, processes, spark_job, tables, writer\n"
-        "print(procedures.__file__)"
+        "import importlib, sys; sys.modules['airflow'] = None\n"  # any import of Airflow fails
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "print(sys.modules['airflow_iceberg.core.procedures'].__file__)"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", probe],  # -S: no site-packages, so no installed provider,
         capture_output=True,
         text=True,
-        env={"PYTHONPATH": str(bundle.core_zip(tmp_path))},
+        env={"PYTHONPATH": str(zipped)},
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
