@@ -12,11 +12,12 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf, timezone
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_iceberg.core.idle import IdleCheck, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
-from airflow_iceberg.triggers.snapshot_idle import IdleCheck, SnapshotIdleTrigger, check_snapshot_idle, why_not_idle
+from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 #: The least time a look gets, even when the sensor's timeout has (all but) run out: in reschedule mode each poke is
 #: a new try, and the try that meets the timeout must still look, or its message could only guess why the wait ended.

@@ -23,13 +23,13 @@ from pyiceberg.manifest import DataFileContent
 
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.iceberg_runtime import IcebergVersion, missing_option
+from airflow_iceberg.core.idle import committed_by
 from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.triggers.snapshot_idle import committed_by
 from devkit.cdc import CdcJob, ChangeStream, SqlJob, TableChanges, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import sql_jar, wait_for_acknowledgements

@@ -12,9 +12,9 @@ import pymysql
 
 from airflow_iceberg.core import writer as writer_module
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.idle import Snapshot, decide_idle
 from airflow_iceberg.core.writer import WriteGateClient, check_gate
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.triggers.snapshot_idle import Snapshot, decide_idle
 
 RUN_A = GateOwner("iceberg_compact__lake__db__t", "scheduled__2026-11-22T00:00:00+00:00")
 RUN_B = GateOwner("iceberg_compact__lake__db__t", "manual__2026-11-22T01:00:00+00:00")

@@ -9,10 +9,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from airflow_iceberg.core.idle import IdleCheck
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
-from airflow_iceberg.triggers.snapshot_idle import IdleCheck
 
 
 class TaskInstance:

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
+from airflow_iceberg.core.idle import IdleCheck, Snapshot, committed_by, decide_idle, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.triggers import snapshot_idle
-from airflow_iceberg.triggers.snapshot_idle import IdleCheck, Snapshot, SnapshotIdleTrigger, committed_by, decide_idle
+from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
 
 RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -149,7 +150,7 @@ def test_a_busy_mark_that_ran_out_or_an_acknowledged_one_holds_nothing_back():
 
 def test_a_wait_that_ends_while_a_writer_is_busy_says_so():
     check = decide_idle(gate(200, writers=(writer("gdpr-delete", seen=195, busy=220),)), RUN, None, idle_seconds=60)
-    message = snapshot_idle.why_not_idle(check, "lake.db.t", "write_gate_default")
+    message = why_not_idle(check, "lake.db.t", "write_gate_default")
     assert message.startswith(
         "writers ['gdpr-delete'] of lake.db.t were still in the middle of a write (a batch statement or a MERGE "
         "that had not committed) when the wait ran out, 200 s after the table's last commit"
