@@ -1,0 +1,166 @@
+"""The idle rule on values alone: quiet time, acknowledgements, busy writers, and what a wait that ran out says."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
+from airflow_iceberg.core.idle import Snapshot, committed_by, decide_idle, why_not_idle
+from airflow_iceberg.exceptions import LeaseLostError
+
+RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
+CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def writer(
+    name: str, *, seen: float | None = -5, ack_after: float | None = None, ack_snapshot=None, busy: float | None = None
+) -> WriterState:
+    """A writer last seen ``seen`` seconds after CLOSED_AT (None: it left), acknowledging ``ack_after`` s after it,
+    and writing until ``busy`` s after it (None: between writes)."""
+    at = lambda seconds: None if seconds is None else CLOSED_AT + timedelta(seconds=seconds)  # noqa: E731
+    return WriterState(name, at(seen), at(ack_after), ack_snapshot, at(busy))
+
+
+def gate(seconds_after_close: float, *, owner=RUN, writers: tuple[WriterState, ...] = ()) -> GateState:
+    """A gate closed by ``owner`` at CLOSED_AT with an hour's lease, read ``seconds_after_close`` later."""
+    return GateState(
+        table="lake.db.t",
+        state="closed",
+        owner=owner,
+        closed_at=CLOSED_AT,
+        lease_expires_at=CLOSED_AT + timedelta(hours=1),
+        opened_at=None,
+        database_now=CLOSED_AT + timedelta(seconds=seconds_after_close),
+        lease_seconds=3600,
+        writers=writers,
+    )
+
+
+def snapshot(snapshot_id: int, seconds_after_close: float) -> Snapshot:
+    return Snapshot(snapshot_id, CLOSED_AT + timedelta(seconds=seconds_after_close))
+
+
+def test_quiet_time_counts_from_the_close_when_the_newest_snapshot_is_older():
+    check = decide_idle(gate(30), RUN, snapshot(7, -100), idle_seconds=60)
+    assert (check.done, check.quiet_seconds) == (False, 30)
+    assert decide_idle(gate(60), RUN, snapshot(7, -100), idle_seconds=60).done
+
+
+def test_a_snapshot_summary_names_the_flink_job_or_spark_application_that_committed_it():
+    flink = {"flink.job-id": "5e2c0b7a", "flink.max-committed-checkpoint-id": "12", "engine-name": "flink"}
+    assert committed_by(flink) == "Flink job 5e2c0b7a"
+    assert committed_by({"spark.app.id": "local-1764", "engine-name": "spark"}) == "Spark application local-1764"
+    rewrite = {"app-id": "local-1795", "app-name": "iceberg-rewrite_data_files-lake.db.t", "engine-name": "spark"}
+    assert committed_by(rewrite) == "Spark application local-1795 (iceberg-rewrite_data_files-lake.db.t)"
+    assert committed_by({"engine-name": "trino"}) == "a trino writer"
+    assert committed_by({"added-data-files": "1"}) is None  # pyiceberg names no writer
+    newest = Snapshot(9, CLOSED_AT + timedelta(seconds=12), committed_by(flink))
+    check = decide_idle(gate(20), RUN, newest, idle_seconds=60)
+    assert check.newest_snapshot_by == check.as_xcom()["newest_snapshot_by"] == "Flink job 5e2c0b7a"
+
+
+def test_quiet_time_counts_from_a_snapshot_committed_after_the_close():
+    check = decide_idle(gate(30), RUN, snapshot(8, 20), idle_seconds=15)
+    assert (check.done, check.quiet_seconds, check.newest_snapshot_id) == (False, 10, 8)
+    assert decide_idle(gate(35), RUN, snapshot(8, 20), idle_seconds=15).done
+
+
+def test_a_table_without_snapshots_is_quiet_since_the_close():
+    check = decide_idle(gate(5), RUN, None, idle_seconds=5)
+    assert check.done and check.newest_snapshot_id is None and check.newest_snapshot_at is None
+
+
+def test_the_writers_acknowledgement_ends_the_wait_at_once():
+    state = gate(1, writers=(writer("ingest", ack_after=0.5, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.acknowledged
+    assert check.as_xcom()["done_by"] == "writer acknowledgement"
+    assert check.as_xcom()["writers_acknowledged"] == ["ingest"]
+
+
+def test_an_acknowledgement_with_a_newer_snapshot_after_it_falls_back_to_the_window():
+    state = gate(2, writers=(writer("ingest", ack_after=0.5, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(8, 1), idle_seconds=1800)
+    assert not check.done and not check.acknowledged
+
+
+def test_an_acknowledgement_of_an_earlier_closing_does_not_count():
+    state = gate(2, writers=(writer("ingest", ack_after=-10, ack_snapshot=7),))
+    check = decide_idle(state, RUN, snapshot(7, -100), idle_seconds=1800)
+    assert not check.done and check.writers == ("ingest",) and check.writers_acknowledged == ()
+
+
+def test_the_writer_of_an_empty_table_acknowledges_with_no_snapshot():
+    state = gate(1, writers=(writer("ingest", ack_after=0.5, ack_snapshot=None),))
+    assert decide_idle(state, RUN, None, idle_seconds=1800).done
+
+
+def test_with_two_writers_one_acknowledgement_is_not_enough():
+    ingest = writer("ingest", ack_after=0.5, ack_snapshot=7)
+    batch = writer("batch", seen=-30)
+    check = decide_idle(gate(2, writers=(ingest, batch)), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert not check.done and check.writers == ("ingest", "batch") and check.writers_acknowledged == ("ingest",)
+    both = (ingest, writer("batch", seen=1, ack_after=1, ack_snapshot=5))
+    check = decide_idle(gate(2, writers=both), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.acknowledged  # the newest snapshot is the one "ingest" acknowledged
+
+
+def test_writers_not_seen_within_a_lease_of_the_closing_or_gone_are_not_waited_for():
+    ingest = writer("ingest", ack_after=0.5, ack_snapshot=7)
+    stale = writer("stale", seen=-3601)  # last read the gate more than a lease before the closing
+    gone = writer("gone", seen=None)  # its client closed: it left
+    check = decide_idle(gate(2, writers=(ingest, stale, gone)), RUN, snapshot(7, -100), idle_seconds=1800)
+    assert check.done and check.writers == ("ingest",)
+
+
+def test_a_newest_snapshot_nobody_acknowledged_falls_back_to_the_window():
+    # Both writers acknowledged, but a snapshot neither of them committed last is the newest: someone else writes.
+    writers = (writer("a", ack_after=1, ack_snapshot=5), writer("b", ack_after=1, ack_snapshot=6))
+    assert not decide_idle(gate(2, writers=writers), RUN, snapshot(9, 0.5), idle_seconds=1800).done
+
+
+def test_a_writer_in_the_middle_of_a_write_keeps_a_quiet_table_from_counting_as_idle():
+    """A batch DELETE has committed nothing yet: the table is quiet, but its commit is to come."""
+    deleting = writer("gdpr-delete", seen=100, busy=125)  # renewed its mark 100 s after the closing
+    check = decide_idle(gate(110, writers=(deleting,)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert (check.done, check.quiet_seconds, check.writers_busy) == (False, 110, ("gdpr-delete",))
+    assert check.as_xcom()["writers_busy"] == ["gdpr-delete"]
+    done = writer("gdpr-delete", seen=120, ack_after=120, ack_snapshot=8)  # committed 8, then acknowledged
+    check = decide_idle(gate(121, writers=(done,)), RUN, snapshot(8, 119), idle_seconds=60)
+    assert check.done and check.acknowledged and check.writers_busy == ()
+
+
+def test_a_busy_mark_that_ran_out_or_an_acknowledged_one_holds_nothing_back():
+    died = writer("gdpr-delete", seen=10, busy=40)  # stopped renewing its mark mid-write: it ends 30 s later
+    check = decide_idle(gate(70, writers=(died,)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert check.done and check.writers_busy == ()
+    between = writer("ingest", seen=-1, busy=None)  # a stream between two batches: the window applies
+    assert decide_idle(gate(60, writers=(between,)), RUN, snapshot(7, -100), idle_seconds=60).done
+    paused = writer("ingest", seen=1, ack_after=1, ack_snapshot=6, busy=30)  # marked, then found the gate closed
+    other = writer("batch", seen=-5)
+    check = decide_idle(gate(60, writers=(paused, other)), RUN, snapshot(7, -100), idle_seconds=60)
+    assert check.done and not check.acknowledged and check.writers_busy == ()
+
+
+def test_a_wait_that_ends_while_a_writer_is_busy_says_so():
+    check = decide_idle(gate(200, writers=(writer("gdpr-delete", seen=195, busy=220),)), RUN, None, idle_seconds=60)
+    message = why_not_idle(check, "lake.db.t", "write_gate_default")
+    assert message.startswith(
+        "writers ['gdpr-delete'] of lake.db.t were still in the middle of a write (a batch statement or a MERGE "
+        "that had not committed) when the wait ran out, 200 s after the table's last commit"
+    )
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        gate(10, owner=GateOwner("other", "run")),  # another run holds it
+        gate(3601),  # our lease has ended: the writer may be committing
+    ],
+    ids=["other-owner", "lease-ended"],
+)
+def test_a_gate_this_run_does_not_hold_stops_the_wait(state):
+    with pytest.raises(LeaseLostError, match=f"not held by {RUN}"):
+        decide_idle(state, RUN, snapshot(7, -100), idle_seconds=0)
