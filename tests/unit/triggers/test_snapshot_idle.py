@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
-from airflow_iceberg.core.idle import IdleCheck, Snapshot
+from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.idle import IdleCheck
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.triggers import snapshot_idle
@@ -14,34 +14,6 @@ from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
 
 RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 CLOSED_AT = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def writer(
-    name: str, *, seen: float | None = -5, ack_after: float | None = None, ack_snapshot=None, busy: float | None = None
-) -> WriterState:
-    """A writer last seen ``seen`` seconds after CLOSED_AT (None: it left), acknowledging ``ack_after`` s after it,
-    and writing until ``busy`` s after it (None: between writes)."""
-    at = lambda seconds: None if seconds is None else CLOSED_AT + timedelta(seconds=seconds)  # noqa: E731
-    return WriterState(name, at(seen), at(ack_after), ack_snapshot, at(busy))
-
-
-def gate(seconds_after_close: float, *, owner=RUN, writers: tuple[WriterState, ...] = ()) -> GateState:
-    """A gate closed by ``owner`` at CLOSED_AT with an hour's lease, read ``seconds_after_close`` later."""
-    return GateState(
-        table="lake.db.t",
-        state="closed",
-        owner=owner,
-        closed_at=CLOSED_AT,
-        lease_expires_at=CLOSED_AT + timedelta(hours=1),
-        opened_at=None,
-        database_now=CLOSED_AT + timedelta(seconds=seconds_after_close),
-        lease_seconds=3600,
-        writers=writers,
-    )
-
-
-def snapshot(snapshot_id: int, seconds_after_close: float) -> Snapshot:
-    return Snapshot(snapshot_id, CLOSED_AT + timedelta(seconds=seconds_after_close))
 
 
 def trigger(**overrides) -> SnapshotIdleTrigger:
