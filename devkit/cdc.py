@@ -28,7 +28,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
 from airflow_iceberg.core.tables import TableName
-from devkit.flink_jobs import FlinkJob, gate_jar
+from devkit.flink_jobs import FlinkJob, gate_jar, subtask_writer_ids
 from devkit.kafka_broker import KafkaBroker
 
 JOB_CLASS = "airflowiceberg.flink.testjob.CdcUpsertJob"
@@ -233,7 +233,7 @@ class CdcJob(FlinkJob):
             workdir,
             JOB_CLASS,
             options,
-            writer_ids={f"{writer_id}#{subtask}" for subtask in range(parallelism)},
+            writer_ids=subtask_writer_ids(writer_id, parallelism),
             env=env,
         )
 
@@ -288,7 +288,7 @@ class SqlJob(FlinkJob):
             workdir,
             SQL_JOB_CLASS,
             options,
-            writer_ids={f"{writer_id}#{subtask}" for subtask in range(parallelism)},
+            writer_ids=subtask_writer_ids(writer_id, parallelism),
             env=env,
             without_gate_jar=True,
         )
@@ -331,11 +331,7 @@ class TableChanges:
                 if self.rng.random() < self.delete_share:
                     cursor.execute("DELETE FROM orders WHERE id = %s", (key,))
                 else:
-                    cursor.execute(
-                        "INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s) "
-                        "ON DUPLICATE KEY UPDATE v = VALUES(v), seq = VALUES(seq)",
-                        (key, f"v{self.seq}", self.seq),
-                    )
+                    self._upsert(cursor, key, self.seq)
                 self.seq += 1
                 self.changes += 1
                 ahead = self.changes / rate - (time.monotonic() - started)
@@ -346,13 +342,18 @@ class TableChanges:
         """Write the marker row with the next seq; that seq."""
         marker = self.seq
         with self.connect() as db, db.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s) "
-                "ON DUPLICATE KEY UPDATE v = VALUES(v), seq = VALUES(seq)",
-                (self.MARKER_ID, f"v{marker}", marker),
-            )
+            self._upsert(cursor, self.MARKER_ID, marker)
         self.seq += 1
         return marker
+
+    @staticmethod
+    def _upsert(cursor: Any, key: int, seq: int) -> None:
+        """Insert ``key``'s row, or update it, with ``seq`` and ``v<seq>``."""
+        cursor.execute(
+            "INSERT INTO orders (id, v, seq) VALUES (%s, %s, %s) "
+            "ON DUPLICATE KEY UPDATE v = VALUES(v), seq = VALUES(seq)",
+            (key, f"v{seq}", seq),
+        )
 
     def digest(self) -> dict[str, int]:
         """The table's rows, keys and the sum of CRC-32s of ``<id>:<v>:<seq>`` over every row (Spark's crc32 too)."""

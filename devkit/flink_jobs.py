@@ -46,6 +46,11 @@ JVM_OPENS = [
 ]
 
 
+def subtask_writer_ids(writer_id: str, parallelism: int) -> set[str]:
+    """The writer ids a gated source's subtasks report as at the gate: ``<writer id>#<subtask index>``."""
+    return {f"{writer_id}#{subtask}" for subtask in range(parallelism)}
+
+
 def gate_jar() -> Path:
     """The gated source's jar of the stack's Flink line, ``airflow-iceberg-flink-<line>.jar``, as users get it."""
     (jar,) = (p for p in FLINK_BUILD.glob("airflow-iceberg-flink-*.jar") if not p.name.endswith("-tests.jar"))

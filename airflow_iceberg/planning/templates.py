@@ -73,7 +73,6 @@ def render_at(template: str | None, when: datetime) -> str | None:
     (:func:`time_context`), in a sandbox: what the health watch plans a table with."""
     if not template:
         return None
-    from jinja2 import StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
-    return SandboxedEnvironment(undefined=StrictUndefined).from_string(template).render(time_context(when))
+    return SandboxedEnvironment(undefined=jinja2.StrictUndefined).from_string(template).render(time_context(when))

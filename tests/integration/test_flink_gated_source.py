@@ -18,7 +18,7 @@ import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from devkit.flink_jobs import FlinkJob, wait_for_acknowledgements
+from devkit.flink_jobs import FlinkJob, subtask_writer_ids, wait_for_acknowledgements
 from devkit.private_mariadb import PrivateMariaDB
 
 JOB_CLASS = "airflowiceberg.flink.testjob.GatedSequenceJob"
@@ -61,7 +61,7 @@ class SequenceJob(FlinkJob):
             workdir,
             JOB_CLASS,
             options,
-            writer_ids={f"{writer_id}#{subtask}" for subtask in range(PARALLELISM)},
+            writer_ids=subtask_writer_ids(writer_id, PARALLELISM),
             env={"AIRFLOW_ICEBERG_GATE_PASSWORD": password},
         )
         self.writer_id = writer_id
