@@ -26,8 +26,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
-from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.hooks.catalogs import pyiceberg_properties, spark_catalog_settings
 from devkit.flink_jobs import FlinkJob, gate_jar, subtask_writer_ids
 from devkit.kafka_broker import KafkaBroker
 

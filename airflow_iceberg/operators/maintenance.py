@@ -8,6 +8,7 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_iceberg.core.maintenance import ORPHAN_MARGIN, minimum_orphan_age
+from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.operators.procedure import IcebergProcedureOperator
 
 
@@ -60,9 +61,7 @@ class ExpireSnapshotsOperator(IcebergProcedureOperator):
         self.checkpoint_marker = checkpoint_marker
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
-        from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
-
-        metadata = IcebergHook(self.iceberg_conn_id).load_table(self.table.in_catalog).metadata
+        metadata = load_iceberg_table(self.iceberg_conn_id, self.table).metadata
         current = metadata.snapshot_by_id(metadata.current_snapshot_id) if metadata.current_snapshot_id else None
         if current is None:
             self.log.info("%s has no snapshot: nothing to expire", self.table)

@@ -32,7 +32,7 @@ _ENDS_HERE = {"skip": "skipped"}
 
 
 def _load(iceberg_conn_id: str, table: TableName) -> Any:
-    from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table  # pyiceberg: off the parse path
+    from airflow_iceberg.hooks.catalogs import load_iceberg_table  # pyiceberg: off the parse path
 
     return load_iceberg_table(iceberg_conn_id, table)
 

@@ -18,13 +18,13 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context  # noqa: E402
 from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException  # noqa: E402
 
-from airflow_iceberg.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
 from airflow_iceberg.core.iceberg_runtime import check_options, runtime_of  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 from airflow_iceberg.core.procedures import checked_procedure, normalize_arguments, normalize_options  # noqa: E402
 from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
+from airflow_iceberg.hooks.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner  # noqa: E402
 from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402

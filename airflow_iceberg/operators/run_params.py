@@ -204,7 +204,7 @@ class CheckRunParamsOperator(BaseOperator):
 
     def _load_table(self) -> Any:
         """The table, as pyiceberg reads it through the Iceberg connection."""
-        from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table
+        from airflow_iceberg.hooks.catalogs import load_iceberg_table
 
         return load_iceberg_table(self.iceberg_conn_id, self.table)
 

@@ -64,8 +64,8 @@ def summarize(tables: Iterable[Any], *, threads: int = 8) -> list[TableSummary]:
 
 
 def _summarize(config: Any) -> TableSummary:
+    from airflow_iceberg.hooks.catalogs import load_iceberg_table
     from airflow_iceberg.planning.health import read_health
-    from airflow_iceberg.triggers.snapshot_idle import load_iceberg_table
 
     table: TableName = config.table
     errors: list[str] = []

@@ -18,22 +18,8 @@ from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.idle import IdleCheck, Snapshot, committed_by, decide_idle, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-
-
-def load_iceberg_table(iceberg_conn_id: str, table: TableName) -> Any:
-    """``table`` as pyiceberg reads it through the Iceberg connection; LookupError, saying why, if it is not there."""
-    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
-    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
-
-    try:
-        return IcebergHook(iceberg_conn_id).load_table(table.in_catalog)
-    except (NoSuchTableError, NoSuchNamespaceError):
-        raise LookupError(
-            f"table {table.in_catalog!r} not found through Iceberg connection {iceberg_conn_id!r}; for a SQL "
-            f"(JDBC) catalog the connection id must equal the Spark catalog name {table.catalog!r}, because "
-            "pyiceberg keys the catalog's rows by the name IcebergHook gives it, which is the connection id"
-        ) from None
 
 
 def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:

@@ -42,6 +42,7 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_iceberg import metrics
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.hooks.catalogs import iceberg_catalog
 from airflow_iceberg.planning.health import HealthThresholds
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
@@ -326,9 +327,7 @@ class CatalogSweep:
 
     def catalog(self) -> Any:
         if self._catalog is None:
-            from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-
-            self._catalog = IcebergHook(self.iceberg_conn_id).catalog
+            self._catalog = iceberg_catalog(self.iceberg_conn_id)
         return self._catalog
 
     def list_locations(self, tables: list[TableName]) -> tuple[dict[str, str | None], dict[str, str]]:

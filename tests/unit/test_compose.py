@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_iceberg.catalogs import spark_catalog_settings
+from airflow_iceberg.hooks.catalogs import spark_catalog_settings
 from airflow_iceberg.table_list import load_table_list
 
 ROOT = Path(__file__).resolve().parents[2]

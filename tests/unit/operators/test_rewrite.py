@@ -441,7 +441,7 @@ def test_what_the_rewrite_task_does_before_spark_submit_imports_neither_pyiceber
     script = """
 import sys
 from unittest import mock
-from airflow_iceberg.catalogs import spark_settings_for_connection
+from airflow_iceberg.hooks.catalogs import spark_settings_for_connection
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
 spark_settings_for_connection("lake", "lake")
 op = IcebergRewriteOperator(task_id="rewrite_files", table="lake.db.events", plan_task_id="plan_compaction",

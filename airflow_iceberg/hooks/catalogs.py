@@ -1,5 +1,9 @@
 """One Iceberg catalog, two readers: the sensor's pyiceberg and the rewrite's Spark, from one Airflow connection.
 
+Every table and catalog the provider reads through pyiceberg comes from here: :func:`load_iceberg_table` (the
+sensor's look, the plan, the report, expiry's checkpoint marker) and :func:`iceberg_catalog` (the health watch's
+sweep), both through the Iceberg provider's ``IcebergHook``.
+
 The catalog is described once, by the ``iceberg`` connection the Iceberg provider's ``IcebergHook`` reads: its
 *extra* holds pyiceberg catalog properties (``type``, ``uri``, ``warehouse``, ...), its *host* may hold the
 catalog URI and its *login*/*password* a REST catalog's client credentials. :func:`pyiceberg_properties`
@@ -28,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import make_url
+
+from airflow_iceberg.core.tables import TableName
 
 #: Spark settings every Iceberg procedure call needs.
 ICEBERG_SPARK_CONF = {
@@ -211,3 +217,24 @@ def spark_settings_for_connection(catalog: str, iceberg_conn_id: str) -> SparkCa
         secret_conf=settings.secret_conf,
         system_properties=settings.system_properties,
     )
+
+
+def iceberg_catalog(iceberg_conn_id: str) -> Any:
+    """The pyiceberg catalog of the Iceberg connection, as ``IcebergHook`` builds it."""
+    from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook  # pyiceberg: off the parse path
+
+    return IcebergHook(iceberg_conn_id).catalog
+
+
+def load_iceberg_table(iceberg_conn_id: str, table: TableName) -> Any:
+    """``table`` as pyiceberg reads it through the Iceberg connection; LookupError, saying why, if it is not there."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    try:
+        return iceberg_catalog(iceberg_conn_id).load_table(table.in_catalog)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        raise LookupError(
+            f"table {table.in_catalog!r} not found through Iceberg connection {iceberg_conn_id!r}; for a SQL "
+            f"(JDBC) catalog the connection id must equal the Spark catalog name {table.catalog!r}, because "
+            "pyiceberg keys the catalog's rows by the name IcebergHook gives it, which is the connection id"
+        ) from None

@@ -9,7 +9,7 @@ import airflow.providers.apache.iceberg.hooks.iceberg as iceberg_hook_module
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.catalogs import pyiceberg_properties, spark_catalog_settings, spark_settings_for_connection
+from airflow_iceberg.hooks.catalogs import pyiceberg_properties, spark_catalog_settings, spark_settings_for_connection
 
 CATALOGS = {
     "sql": (
