@@ -2,7 +2,7 @@
 
 What a user without Airflow would submit: ``spark-submit bare_calls.py --table T --statement "CALL ..."
 --statement "CALL ..."``. It prints one result line per statement. The catalog's secrets arrive as for the
-provider's own job (``airflow_iceberg.core.spark_job.read_job_secrets``).
+provider's own job (``airflow_iceberg.core.job_secrets.read_job_secrets``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, format_result_line, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.spark_job import format_result_line
 
 
 def main(argv: list[str] | None = None) -> int:

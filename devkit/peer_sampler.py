@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, format_result_line, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.spark_job import format_result_line
 
 #: Iceberg's content codes in a ``files`` metadata table.
 _CONTENTS = {0: "data_files", 1: "position_delete_files", 2: "equality_delete_files"}

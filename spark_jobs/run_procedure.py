@@ -37,18 +37,11 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import owner_connection
+from airflow_iceberg.core.job_secrets import GateOwnerSecrets, apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.lease import GateLease, LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
-from airflow_iceberg.core.spark_job import (
-    LEASE_LOST_MARKER,
-    GateOwnerSecrets,
-    JobArguments,
-    ProcedureCall,
-    apply_job_secrets,
-    format_result_line,
-    read_job_secrets,
-)
+from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, JobArguments, ProcedureCall, format_result_line
 from airflow_iceberg.core.tables import TableName
 
 #: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).

@@ -20,7 +20,7 @@ Supported catalog types (pyiceberg name -> Iceberg Spark catalog):
 - ``glue`` -> ``catalog-impl=org.apache.iceberg.aws.glue.GlueCatalog`` with ``S3FileIO``
 
 Secrets (passwords, REST credentials, tokens and headers, S3 and AWS keys) never become Spark confs on a command
-line or in a driver's spec: they travel to the Spark job in its secrets file (``job_secrets.py``), which the job
+line or in a driver's spec: they travel to the Spark job in its secrets file (``core/job_secrets.py``), which the job
 reads and applies to its session (secret confs) and its JVM (the AWS SDK's system properties). Spark's
 redaction (``spark.redaction.regex``, set below) hides them where Spark shows settings.
 """
@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from airflow_iceberg.core.job_secrets import JobSecrets
 from airflow_iceberg.core.tables import TableName
 
 #: Spark settings every Iceberg procedure call needs.
@@ -88,7 +89,7 @@ class SparkCatalogSettings:
     system_properties: dict[str, str] = field(default_factory=dict)
 
     @property
-    def job_secrets(self) -> dict[str, dict[str, str]]:
+    def job_secrets(self) -> JobSecrets:
         """The catalog's part of a job's secrets file."""
         return {"spark_conf": dict(self.secret_conf), "system_properties": dict(self.system_properties)}
 

@@ -45,6 +45,7 @@ from airflow_iceberg.core.gate_state import (
     decide_close,
     decide_open,
 )
+from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.lease import GateLease
 from airflow_iceberg.core.spark_slots import SparkSlotClaim, SparkSlotRequest, claim_order, decide_admission
 from airflow_iceberg.core.tables import TableName
@@ -187,17 +188,24 @@ class WriteGateHook(RunRecords, BaseHook):
         settings = self.connection_settings()
         return GateLease(str(TableName.of(table)), owner.dag_id, owner.run_id, lambda: owner_connection(**settings))
 
-    def owner_settings(self, table: TableName | str, owner: GateOwner) -> dict[str, Any]:
-        """What a Spark job needs to renew ``owner``'s lease itself (``LeaseKeeper``): the connection and the owner.
+    def owner_settings(self, table: TableName | str, owner: GateOwner, lease_seconds: int) -> GateOwnerSecrets:
+        """What a Spark job needs to renew ``owner``'s lease of ``lease_seconds`` itself (``LeaseKeeper``): the
+        connection and the owner.
 
         Holds the gate's password: it belongs in a job's secrets file, never on a command line.
         """
-        return {
-            **self.connection_settings(),
-            "table": str(TableName.of(table)),
-            "dag_id": owner.dag_id,
-            "run_id": owner.run_id,
-        }
+        connection = self.connection_settings()
+        return GateOwnerSecrets(
+            host=connection["host"],
+            port=connection["port"],
+            user=connection["user"],
+            password=connection["password"],
+            database=connection["database"],
+            table=str(TableName.of(table)),
+            dag_id=owner.dag_id,
+            run_id=owner.run_id,
+            lease_seconds=lease_seconds,
+        )
 
     @contextmanager
     def _transaction(self) -> Iterator[pymysql.cursors.DictCursor]:

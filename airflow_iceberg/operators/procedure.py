@@ -9,9 +9,9 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from airflow_iceberg._lazy_imports import defer_kubernetes_client
+from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook, defer_kubernetes_client
 
-defer_kubernetes_client()  # before the Spark provider, which imports it at once
+defer_kubernetes_client()  # before the Spark provider's operator (the hook module did too, before its own import)
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
@@ -20,14 +20,13 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
 from airflow_iceberg.core.iceberg_runtime import check_options, runtime_of  # noqa: E402
+from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE, JobSecrets, job_secrets_file  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 from airflow_iceberg.core.procedures import checked_procedure, normalize_arguments, normalize_options  # noqa: E402
-from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, JobArguments, ProcedureCall  # noqa: E402
+from airflow_iceberg.core.spark_job import JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.catalogs import spark_settings_for_connection  # noqa: E402
-from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner  # noqa: E402
-from airflow_iceberg.job_secrets import job_secrets_file  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()
@@ -145,7 +144,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         cluster = self._in_cluster_deploy_mode()
         self._hook = None  # built anew from this try's settings (a retry in the same process keeps none)
         self._lease_lost = None
-        secrets: dict[str, Any] = {}
+        secrets: JobSecrets = {}
         keeper = None
         if self.write_gate_conn_id:
             gate = WriteGateHook(self.write_gate_conn_id)
@@ -156,7 +155,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                 raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
             if held.lease_seconds is None:  # a gate this run holds has a lease
                 raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
-            secrets["gate"] = {**gate.owner_settings(name, owner), "lease_seconds": held.lease_seconds}
+            secrets["gate"] = gate.owner_settings(name, owner, held.lease_seconds)
             # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
             keeper = LeaseKeeper.for_lease(
                 gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning

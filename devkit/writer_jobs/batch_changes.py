@@ -36,7 +36,7 @@ from pathlib import Path
 from airflow_iceberg.core.gate_holder import GateHolder
 from airflow_iceberg.core.gate_protocol import owner_connection
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.spark_writers import exclusive_write, gated_write, newest_snapshot_id
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import GATE_PASSWORD_ENV, add_gate_arguments, client_from_arguments

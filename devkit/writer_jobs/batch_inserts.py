@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.spark_writers import newest_snapshot_id
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ingest_events import DELETE_AT, DELETE_EVERY
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.spark_writers import gated_foreach_batch, newest_snapshot_id
 from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments

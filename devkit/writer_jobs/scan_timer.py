@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
 
 
 def main(argv: list[str] | None = None) -> int:

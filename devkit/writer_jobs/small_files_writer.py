@@ -17,7 +17,7 @@ import os
 import sys
 from datetime import date, datetime, timezone
 
-from airflow_iceberg.core.spark_job import apply_job_secrets, read_job_secrets
+from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from airflow_iceberg.config import TableConfig
+from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE
 from airflow_iceberg.core.lease import Lease, LeaseLostError
-from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE, format_result_line
+from airflow_iceberg.core.spark_job import format_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR

@@ -7,8 +7,7 @@ import stat
 
 import pytest
 
-from airflow_iceberg.core.spark_job import JOB_SECRETS_FILE
-from airflow_iceberg.job_secrets import job_secrets_file
+from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE, job_secrets_file
 
 
 def test_the_secrets_file_is_private_holds_the_secrets_and_is_removed_with_its_directory():
