@@ -87,7 +87,7 @@ class RunRecords(_HookPart):
         """Write or complete the run record of ``record['dag_id']``/``record['run_id']``.
 
         Columns ``record`` leaves out (or sets to None) keep what an earlier write of the same run put there. A
-        ``finished`` record is sent, whole, to Airflow's metrics (:mod:`airflow_iceberg.metrics`).
+        ``finished`` record is sent, whole, to Airflow's metrics (:mod:`airflow_iceberg.hooks.metrics`).
         """
         unknown = set(record) - set(RUN_COLUMNS)
         if unknown:
@@ -106,8 +106,8 @@ class RunRecords(_HookPart):
             if finished:
                 cursor.execute(_RUN_SELECT_ONE, values)
                 complete = the_row(cursor)
-        if finished:  # the whole record, as written, goes to Airflow's metrics (airflow_iceberg.metrics)
-            from airflow_iceberg import metrics
+        if finished:  # the whole record, as written, goes to Airflow's metrics (airflow_iceberg.hooks.metrics)
+            from airflow_iceberg.hooks import metrics
 
             metrics.emit_run(complete)
 

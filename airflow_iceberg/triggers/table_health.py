@@ -40,8 +40,8 @@ from typing import Any
 from airflow.sdk import Asset, AssetWatcher
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_iceberg import metrics
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.hooks import metrics
 from airflow_iceberg.hooks.catalogs import iceberg_catalog
 from airflow_iceberg.planning.health import HealthThresholds
 from airflow_iceberg.planning.plan import plan_table

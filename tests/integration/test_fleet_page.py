@@ -27,7 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.metrics import RUN_GAUGES
+from airflow_iceberg.hooks.metrics import RUN_GAUGES
 from airflow_iceberg.plugins.fleet import UI_ROUTE, URL_PREFIX
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.writers import write_small_files

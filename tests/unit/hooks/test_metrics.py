@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from airflow.sdk.observability import stats
 
-from airflow_iceberg import metrics
+from airflow_iceberg.hooks import metrics
 
 
 class Recorder:
