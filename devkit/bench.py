@@ -22,7 +22,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
 from devkit.dag_runs import load_compaction_dag
 from devkit.demo import DEMO_TABLE
 from devkit.live_ingest import CompactionFigures, measure

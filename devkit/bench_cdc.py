@@ -32,7 +32,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
 from devkit.bench_health import CATALOG_CONN, REPEATS, TIMINGS, against_bare_call, bench_settings, local_cores, verdict
 from devkit.cdc import CdcJob, ChangeStream, create_cdc_table
 from devkit.kafka_broker import KafkaBroker

@@ -51,7 +51,7 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_bundle import FLEET_PARSE_SECONDS, FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.surface.dag_files import write_dag_files
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
 from devkit import bench_parse
 from devkit.bench_parse import FILES as DAG_FILES
 from devkit.live_airflow import DAGS_FOLDER, LiveAirflow

@@ -39,14 +39,14 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, build_call
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.planning.health import HealthThresholds, read_health
 from airflow_iceberg.planning.plan import make_plan
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
+from airflow_iceberg.table_list.schema import TableConfig
 from devkit.dag_runs import load_compaction_dag
 from devkit.demo import DEMO_TABLE
 from devkit.tables import TableStats, drop_table

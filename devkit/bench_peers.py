@@ -55,14 +55,14 @@ import psutil
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.config import DELETE_FOLDING_OPTIONS, HealthConfig, TableConfig
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
+from airflow_iceberg.table_list.schema import DELETE_FOLDING_OPTIONS, HealthConfig, TableConfig
 from devkit.bench_health import CATALOG_CONN, bench_settings
 from devkit.cdc import MERGE_ON_READ, CdcJob, ChangeStream, create_cdc_table
 from devkit.kafka_broker import KafkaBroker
@@ -164,7 +164,7 @@ def flink_maintenance_schedule(load: Load) -> dict[str, object]:
     commit as they go (partial progress). Snapshots: ``retain_last`` and ``expire_older_than_hours`` of our
     maintenance defaults.
     """
-    from airflow_iceberg.config import MaintenanceConfig
+    from airflow_iceberg.table_list.schema import MaintenanceConfig
 
     health, maintenance = HealthConfig(), MaintenanceConfig()
     per_table = health.min_small_files * load.buckets

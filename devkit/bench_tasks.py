@@ -34,12 +34,12 @@ from pathlib import Path
 
 import yaml
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import PLAN_TASK_ID, REWRITE_PROCEDURES, REWRITE_TASK_ID, compaction_dag_id
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
+from airflow_iceberg.table_list.schema import TableConfig
 from devkit.demo import DEMO_TABLE
 from devkit.live_airflow import LiveAirflow, fleet
 from devkit.tables import TableStats, drop_table

@@ -8,7 +8,7 @@ from airflow.sdk import DAG
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
-from airflow_iceberg.table_list import dags_folder
+from airflow_iceberg.table_list.loader import dags_folder
 
 
 def load_dag(dag_id: str, dag_folder: Path | None = None) -> DAG:

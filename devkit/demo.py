@@ -14,7 +14,7 @@ from pathlib import Path
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
 from devkit.tables import TableStats, drop_table
 from devkit.writers import write_small_files
 

@@ -3,7 +3,7 @@ their one source.
 
 Blocks between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->`` are rewritten from the source NAME
 stands for; everything else in the files is left as written. Each source says how it is shown: the SQL ones in a
-``sql`` fence, the settings reference (rendered from the pydantic models of ``airflow_iceberg/config.py``) as
+``sql`` fence, the settings reference (rendered from the pydantic models of ``airflow_iceberg/table_list/schema.py``) as
 markdown tables. ``tests/unit/test_docs.py`` fails while a block differs from its source.
 """
 
@@ -23,10 +23,10 @@ import annotated_types
 from pydantic import BaseModel, PlainSerializer
 from pydantic.fields import FieldInfo
 
-from airflow_iceberg import config
 from airflow_iceberg.core import gate_protocol
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
+from airflow_iceberg.table_list import schema
 from scripts import stacks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -43,12 +43,12 @@ FLINK_SQL_SCRIPTS = DOCS.parent / "tests" / "integration" / "flink_sql"
 FLEET_SETTING_BLOCK = "fleet-setting"
 #: The table list's models, in the order the reference shows them, each with where it sits in an entry.
 SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
-    ("an entry of `tables` (and `defaults`)", config.TableConfig),
-    ("`health`", config.HealthConfig),
-    ("`full_rewrite`", config.FullRewriteConfig),
-    ("`full_rewrite.partition`", config.PartitionOfDay),
-    ("`maintenance`", config.MaintenanceConfig),
-    ("`spark`", config.SparkSettings),
+    ("an entry of `tables` (and `defaults`)", schema.TableConfig),
+    ("`health`", schema.HealthConfig),
+    ("`full_rewrite`", schema.FullRewriteConfig),
+    ("`full_rewrite.partition`", schema.PartitionOfDay),
+    ("`maintenance`", schema.MaintenanceConfig),
+    ("`spark`", schema.SparkSettings),
 ]
 
 

@@ -33,12 +33,12 @@ from typing import Any
 import psutil
 import yaml
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
+from airflow_iceberg.table_list.schema import TableConfig
 from devkit.dag_runs import load_dag
 from devkit.private_mariadb import PrivateMariaDB
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from airflow_iceberg.config import TableConfig
+from airflow_iceberg.table_list.schema import TableConfig
 
 #: Short statements that load what a compaction's driver loads from Spark's own jars: the SQL parser and planner,
 #: the local scheduler, a shuffle, and Parquet's reader and writer.

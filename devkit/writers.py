@@ -21,13 +21,13 @@ from typing import Any
 
 import psutil
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.bundle import core_zip
 from airflow_iceberg.core.job_secrets import write_job_secrets
 from airflow_iceberg.core.writer import GATE_PASSWORD_ENV
 from airflow_iceberg.hooks.catalogs import spark_settings_for_connection
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.table_list.schema import TableConfig
 
 WRITER_JOBS_DIR = Path(__file__).resolve().parent / "writer_jobs"
 #: Runs given SQL statements and prints a result line for each: the bare baseline of `make bench`, and a table

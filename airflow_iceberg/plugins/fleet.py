@@ -92,14 +92,14 @@ def build_app() -> Any:
     from fastapi.responses import FileResponse, RedirectResponse
     from itsdangerous import BadSignature, SignatureExpired
 
-    from airflow_iceberg.config import TableConfig
     from airflow_iceberg.exceptions import FleetQueryError
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import fleet_view
     from airflow_iceberg.plugins.fleet_view import iso
     from airflow_iceberg.surface import report
     from airflow_iceberg.surface.dag_factory import compaction_dag_id
-    from airflow_iceberg.table_list import load_table_list
+    from airflow_iceberg.table_list.loader import load_table_list
+    from airflow_iceberg.table_list.schema import TableConfig
 
     app = FastAPI(title="Iceberg tables", docs_url=None, redoc_url=None, openapi_url=None)
 

@@ -74,7 +74,7 @@ def _dags(args: argparse.Namespace, out: TextIO) -> int:
     else:
         table_list.write_text(shipped.joinpath(EXAMPLE_TABLE_LIST).read_text())
         print(f"wrote {table_list}: an example; list your own tables in it", file=out)
-    from airflow_iceberg.table_list import CONFIG_ENV
+    from airflow_iceberg.table_list.loader import CONFIG_ENV
 
     return _more_dag_files(folder, Path(os.environ.get(CONFIG_ENV) or table_list), out)
 
@@ -83,7 +83,7 @@ def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
     """Write the further compaction DAG files that ``table_list`` takes, and remove those it no longer does."""
     from airflow_iceberg.exceptions import IcebergConfigError
     from airflow_iceberg.surface.dag_files import write_dag_files
-    from airflow_iceberg.table_list import read_table_list
+    from airflow_iceberg.table_list.loader import read_table_list
 
     try:
         document = read_table_list(table_list)
@@ -107,7 +107,7 @@ def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
 
 def pool_sizes(tables: list) -> dict[str, int]:
     """Pool name -> slots, for the Spark connections of ``tables`` (``TableConfig``) that set ``spark_slots``."""
-    from airflow_iceberg.config import spark_pool_name
+    from airflow_iceberg.table_list.schema import spark_pool_name
 
     sizes: dict[str, int] = {}
     for table in tables:
@@ -120,7 +120,7 @@ def pool_sizes(tables: list) -> dict[str, int]:
 def _pools(args: argparse.Namespace, out: TextIO) -> int:
     from airflow.models.pool import Pool
 
-    from airflow_iceberg.table_list import load_table_list
+    from airflow_iceberg.table_list.loader import load_table_list
 
     table_list = load_table_list()
     for error in table_list.errors:
@@ -140,7 +140,7 @@ def _report(args: argparse.Namespace, out: TextIO) -> int:
     from datetime import datetime, timezone
 
     from airflow_iceberg.surface.report import render_text, summarize, write_html
-    from airflow_iceberg.table_list import load_table_list
+    from airflow_iceberg.table_list.loader import load_table_list
 
     table_list = load_table_list()
     for error in table_list.errors:

@@ -50,7 +50,7 @@ from airflow.sdk import conf
 
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, builds_its_share, write_dag_files
-from airflow_iceberg.table_list import config_path, read_table_list
+from airflow_iceberg.table_list.loader import config_path, read_table_list
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 READER_MARKERS = (
     "airflow_iceberg.surface.dag_factory",
     "airflow_iceberg.surface.dag_files",
-    "airflow_iceberg.table_list",
+    "airflow_iceberg.table_list.loader",
 )
 
 #: How often the bundle looks at the table list, in seconds: with Airflow's check for due refreshes every 5 s

@@ -25,7 +25,6 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf, get_parsing_context
 
-from airflow_iceberg.config import TableConfig, spark_pool_name
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
@@ -38,7 +37,8 @@ from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWri
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
 from airflow_iceberg.surface.dag_files import files_built_by
-from airflow_iceberg.table_list import TableList, load_table_list, read_table_list
+from airflow_iceberg.table_list.loader import TableList, load_table_list, read_table_list
+from airflow_iceberg.table_list.schema import TableConfig, spark_pool_name
 from airflow_iceberg.timetables.cron import cron_trigger
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.table_list import TABLES_PER_DAG_FILE_KEY, read_table_list
+from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE_KEY, read_table_list
 
 #: File 0 of the compaction DAGs, the one the provider ships.
 COMPACTION_DAG_FILE = "iceberg_compaction.py"

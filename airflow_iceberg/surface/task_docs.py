@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_iceberg.config import TableConfig
+from airflow_iceberg.table_list.schema import TableConfig
 
 _WRITERS = (
     "**What a closed gate means for writers.** A gated writer (Flink, Spark Structured Streaming) reads the gate "

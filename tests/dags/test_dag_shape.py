@@ -6,9 +6,9 @@ import pytest
 from airflow.sdk import TriggerRule
 from pydantic import ValidationError
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.planning.health import HealthThresholds
 from airflow_iceberg.surface.dag_factory import build_compaction_dag, build_full_rewrite_dag
+from airflow_iceberg.table_list.schema import TableConfig
 
 CHAIN = [
     "check_run_params",

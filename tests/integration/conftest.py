@@ -185,7 +185,7 @@ def integration_stack() -> None:
 @functools.cache
 def spark_driver_options() -> str:
     """The quick JVM options and the archive of Spark's classes (devkit/spark_cds.py), made at the first call."""
-    from airflow_iceberg.config import TableConfig
+    from airflow_iceberg.table_list.schema import TableConfig
     from devkit.spark_cds import archive_options
 
     warm_up = TableConfig.model_validate(
@@ -245,7 +245,7 @@ def compaction_dag(table_list_file: Path):
 @pytest.fixture(scope="session")
 def table_config():
     """A validated :class:`TableConfig` for a test table, with the suite's defaults."""
-    from airflow_iceberg.config import TableConfig
+    from airflow_iceberg.table_list.schema import TableConfig
 
     def build(table: Any, **settings: Any) -> TableConfig:
         return TableConfig.model_validate({**suite_defaults(), "table": table, **settings})

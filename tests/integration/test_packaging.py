@@ -170,7 +170,7 @@ def test_installed_alone_it_lists_the_provider_and_runs_a_compaction_from_its_ow
 
     assert "airflow-iceberg" in run([installed / "airflow", "providers", "list"], **outside)
     airflow = run([installed / "python", "-c", "import airflow; print(airflow.__version__)"], **outside).strip()
-    listed = "from airflow_iceberg.table_list import load_table_list; print(load_table_list().errors)"
+    listed = "from airflow_iceberg.table_list.loader import load_table_list; print(load_table_list().errors)"
     errors = run([installed / "python", "-c", listed], **outside).strip()
     if airflow.startswith("3.2."):
         assert "health.watch needs Airflow 3.3 or newer" in errors and f"this Airflow is {airflow}" in errors

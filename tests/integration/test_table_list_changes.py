@@ -22,7 +22,7 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.surface.dag_files import dag_file_name
-from airflow_iceberg.table_list import TABLES_PER_DAG_FILE_KEY
+from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE_KEY
 from airflow_iceberg.triggers.table_health import health_asset_name
 from devkit.live_airflow import DAGS_FOLDER
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from airflow_iceberg.hooks.catalogs import spark_catalog_settings
-from airflow_iceberg.table_list import load_table_list
+from airflow_iceberg.table_list.loader import load_table_list
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())

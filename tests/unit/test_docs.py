@@ -3,7 +3,7 @@ them, never a stale copy."""
 
 from __future__ import annotations
 
-from airflow_iceberg.config import HealthConfig, TableConfig
+from airflow_iceberg.table_list.schema import HealthConfig, TableConfig
 from devkit import docs
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from airflow_iceberg.config import SPARK_DEFAULT_CONN_ID
 from airflow_iceberg.get_provider_info import WRITE_GATE_FORM, get_provider_info
 from airflow_iceberg.hooks.write_gate import WriteGateHook
+from airflow_iceberg.table_list.schema import SPARK_DEFAULT_CONN_ID
 
 
 def test_the_write_gate_form_is_declared_where_airflow_3s_ui_reads_it():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.operators.plan import _check_predicates
 from airflow_iceberg.surface.dag_factory import build_compaction_dag
+from airflow_iceberg.table_list.schema import TableConfig
 
 
 def test_the_plan_parses_every_predicate_it_hands_the_rewrite_and_fails_naming_a_bad_one():

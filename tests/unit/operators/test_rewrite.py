@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE
 from airflow_iceberg.core.lease import Lease, LeaseLostError
 from airflow_iceberg.core.spark_job import format_result_line
@@ -22,6 +21,7 @@ from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator
 from airflow_iceberg.surface.dag_factory import build_compaction_dag
+from airflow_iceberg.table_list.schema import TableConfig
 from tests.unit.operators.fake_spark_submit import PushedXCom, fake_spark_submit, flag
 
 

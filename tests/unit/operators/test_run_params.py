@@ -8,11 +8,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, TimestamptzType
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.exceptions import RunParamsError
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, overrides_from_params, run_params
 from airflow_iceberg.surface.dag_factory import build_compaction_dag, build_full_rewrite_dag
+from airflow_iceberg.table_list.schema import TableConfig
 
 DEFAULTS = {name: param.value for name, param in run_params().items()}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.surface import task_docs
+from airflow_iceberg.table_list.schema import TableConfig
 
 
 def config(**settings) -> TableConfig:

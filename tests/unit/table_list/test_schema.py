@@ -7,8 +7,8 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.table_list.schema import TableConfig
 
 
 def test_the_longest_pause_must_leave_room_for_the_wait_and_the_rewrites():

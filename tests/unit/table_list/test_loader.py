@@ -9,7 +9,7 @@ import pytest
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.table_list import config_path, load_table_list, read_table_list
+from airflow_iceberg.table_list.loader import config_path, load_table_list, read_table_list
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,7 +1,7 @@
 """The table list's schema: every setting of an entry, its type, its check and its one default (pydantic).
 
 The models here are the one place where settings get their defaults: operators take explicit values. Reading
-the file and validating each entry is ``table_list.py``; ``docs/configuration.md`` lists every setting from here.
+the file and validating each entry is ``loader.py``; ``docs/configuration.md`` lists every setting from here.
 """
 
 from __future__ import annotations

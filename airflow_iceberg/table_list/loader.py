@@ -1,7 +1,7 @@
 """The table list: which Iceberg tables get a compaction DAG, read and validated entry by entry.
 
 Read from the file named by ``AIRFLOW_ICEBERG_CONFIG``, or else ``iceberg_tables.yaml`` in Airflow's DAG folder
-(``[core] dags_folder``). Each entry under ``tables`` is validated on its own (``config.TableConfig``), after the
+(``[core] dags_folder``). Each entry under ``tables`` is validated on its own (``schema.TableConfig``), after the
 ``defaults`` block is merged under it, so one bad entry is reported by its position, table name and field while
 every other table still gets its DAG.
 """
@@ -18,10 +18,10 @@ import yaml
 from airflow.sdk import conf
 from pydantic import ValidationError
 
-from airflow_iceberg.config import TableConfig
 from airflow_iceberg.core.shards import TABLES_PER_DAG_FILE, dag_file_count
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.exceptions import IcebergConfigError
+from airflow_iceberg.table_list.schema import TableConfig
 
 CONFIG_ENV = "AIRFLOW_ICEBERG_CONFIG"
 
