@@ -16,7 +16,7 @@ from airflow_iceberg.core.lease import LeaseLostError
 from airflow_iceberg.core.tables import InvalidCallError
 
 __all__ = [
-    "FleetQueryError",
+    "TablesQueryError",
     "GateBusyError",
     "IcebergConfigError",
     "InvalidCallError",
@@ -80,5 +80,5 @@ class WriteGateUnreachableError(pymysql.err.OperationalError):
 # --- the UI -----------------------------------------------------------------------------------------------------
 
 
-class FleetQueryError(ValueError):
+class TablesQueryError(ValueError):
     """A list query with a value the page does not know; its message names the value and what is allowed."""

@@ -254,7 +254,7 @@ def list_page_seconds(airflow: LiveAirflow, requests_: int = 10) -> list[float]:
     by need, as the page asks when it opens), slowest last."""
     import requests
 
-    from airflow_iceberg.plugins.fleet import URL_PREFIX
+    from airflow_iceberg.plugins.tables_page import URL_PREFIX
 
     headers = {"Authorization": f"Bearer {airflow.token('admin')}"}
     taken = []

@@ -248,7 +248,7 @@ class WriteGateHook(RunRecords, BaseHook):
         return GateState.from_row(row, writers)
 
     def gate_states(self) -> dict[str, GateState]:
-        """Every gate row of the connection's database, by table name, without its writers: a fleet at a glance."""
+        """Every gate row of the connection's database, by table name, without its writers: every table at a glance."""
         with self._transaction() as cursor:
             cursor.execute(GATE_SELECT_ALL_SQL)
             return {row["table_name"]: GateState.from_row(row) for row in cursor.fetchall()}

@@ -110,7 +110,7 @@ CREATE TABLE IF NOT EXISTS iceberg_health_check (
     started_at  TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'when the watch last started a run for it'
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- version 7: the check's figures, so that the UI lists a fleet by need without reading any table's metadata
+-- version 7: the check's figures, so that the UI lists the tables by need without reading any table's metadata
 ALTER TABLE iceberg_health_check
     ADD COLUMN score        BIGINT NULL COMMENT 'small plus delete files in the partitions needing work, when read',
     ADD COLUMN data_files   BIGINT NULL COMMENT 'data files of its current snapshot (the snapshot summary''s total)',

@@ -1,4 +1,4 @@
-"""The fleet at a glance: each table's gate, its health now, and its compaction history.
+"""Every table at a glance: each table's gate, its health now, and its compaction history.
 
 :func:`summarize` reads, for every table of the table list, the gate row (``WriteGateHook.get_state``), the
 table's health from Iceberg metadata (``health.read_health``, no Spark), and the run records

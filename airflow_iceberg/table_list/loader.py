@@ -84,7 +84,7 @@ def load_table_list(path: Path | None = None, select: Callable[[TableName], bool
     """Read and validate the table list. A file that cannot be read at all raises :class:`IcebergConfigError`.
 
     With ``select``, only the entries whose table it accepts are validated and returned, with their errors: a
-    task's process needs one table's settings, not the whole fleet's.
+    task's process needs one table's settings, not every table's.
     """
     return read_table_list(path).validate(select)
 

@@ -317,7 +317,7 @@ class TableConfig(BaseModel):
     spark_slots: int | None = Field(
         default=None,
         gt=0,
-        description="Tables paused and rewritten at once on this table's Spark connection, across the fleet: "
+        description="Tables paused and rewritten at once on this table's Spark connection, across all tables: "
         "close_gate waits for a slot, worst health first, before it pauses writers, and the Spark tasks take an "
         "Airflow pool per connection (create it with `airflow-iceberg pools`); unset, no limit",
     )

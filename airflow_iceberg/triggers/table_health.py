@@ -17,7 +17,7 @@ A sweep, for every watched table:
   or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event
   asked for has not been created yet (:data:`RUN_APPEAR_SECONDS`), or the table changed since the sweep read it
   (a run that ended during a long sweep): one event per need;
-- writes what it decided for each table to the gate database (``iceberg_health_check``), for the fleet page and
+- writes what it decided for each table to the gate database (``iceberg_health_check``), for the Iceberg tables page and
   ``airflow-iceberg report``.
 
 Catalog and database calls are synchronous and run in a thread, off the triggerer's event loop. A catalog or a

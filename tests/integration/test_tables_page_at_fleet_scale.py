@@ -20,7 +20,7 @@ from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.run_records import RUN_TABLE
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.plugins.fleet import UI_ROUTE
+from airflow_iceberg.plugins.tables_page import UI_ROUTE
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from tests.integration.conftest import BUILD, DB_SUFFIX, login, suite_defaults
 
@@ -42,7 +42,7 @@ def fleet_airflow(tmp_path_factory, integration_stack):
 
     gate_hook = WriteGateHook()
 
-    root = tmp_path_factory.mktemp("fleet-page")
+    root = tmp_path_factory.mktemp("tables-page")
     table_list = root / "tables.yaml"
     entries = [{"table": str(t), "full_rewrite": {"schedule": None}} for t in TABLES]
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": entries}))
@@ -110,7 +110,7 @@ def expected_order() -> list[str]:
     return [str(TABLES[n]) for n in needing + failed + unknown]
 
 
-def test_the_summary_counts_the_fleet_and_the_list_puts_the_worst_first(browser, fleet_airflow):
+def test_the_summary_counts_every_table_and_the_list_puts_the_worst_first(browser, fleet_airflow):
     login(browser, fleet_airflow, "admin")
     browser.get(f"{fleet_airflow.url}/plugin/{UI_ROUTE}")
     wait = WebDriverWait(browser, 120)

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_iceberg.exceptions import FleetQueryError
-from airflow_iceberg.plugins.fleet_view import NEEDS, FleetQuery, need_of, page, row
+from airflow_iceberg.exceptions import TablesQueryError
+from airflow_iceberg.plugins.tables_view import NEEDS, TablesQuery, need_of, page, row
 
 NOW = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)
 
@@ -77,7 +77,7 @@ FLEET = [
 
 
 def test_by_need_the_worst_come_first_then_failed_checks_unknown_and_healthy():
-    answer = page(FLEET, FleetQuery())
+    answer = page(FLEET, TablesQuery())
     assert [r["table"] for r in answer["rows"]] == ["a.n.worst", "a.n.mild", "a.n.broken", "a.n.cron", "a.n.healthy"]
     assert [NEEDS.index(r["need"]) for r in answer["rows"]] == [0, 0, 1, 2, 3]
     assert answer["summary"] == {
@@ -91,26 +91,26 @@ def test_by_need_the_worst_come_first_then_failed_checks_unknown_and_healthy():
 
 def test_the_other_orders():
     def order(sort: str) -> list[str]:
-        return [r["table"] for r in page(FLEET, FleetQuery(sort=sort))["rows"]]
+        return [r["table"] for r in page(FLEET, TablesQuery(sort=sort))["rows"]]
 
     assert order("table") == sorted(r["table"] for r in FLEET)
     assert order("gate")[0] == "a.n.worst"
     assert order("last_run") == ["a.n.worst", "a.n.cron", "a.n.healthy", "a.n.broken", "a.n.mild"]
 
 
-def test_filters_keep_what_they_name_and_the_summary_stays_the_fleets():
-    answer = page(FLEET, FleetQuery(need="needs_work", gate="open"))
+def test_filters_keep_what_they_name_and_the_summary_still_counts_every_table():
+    answer = page(FLEET, TablesQuery(need="needs_work", gate="open"))
     assert [r["table"] for r in answer["rows"]] == ["a.n.mild"] and answer["summary"]["tables"] == 5
-    assert [r["table"] for r in page(FLEET, FleetQuery(outcome="none"))["rows"]] == ["a.n.mild", "a.n.broken"]
-    assert [r["table"] for r in page(FLEET, FleetQuery(q="CRON"))["rows"]] == ["a.n.cron"]
+    assert [r["table"] for r in page(FLEET, TablesQuery(outcome="none"))["rows"]] == ["a.n.mild", "a.n.broken"]
+    assert [r["table"] for r in page(FLEET, TablesQuery(q="CRON"))["rows"]] == ["a.n.cron"]
 
 
 def test_pages_are_cut_on_the_server_and_a_page_past_the_end_is_the_last():
     fleet = [make(f"a.n.t{i:04d}", check("needs_work", i)) for i in range(1000)]
-    answer = page(fleet, FleetQuery(page=3, page_size=50))
+    answer = page(fleet, TablesQuery(page=3, page_size=50))
     assert (answer["page"], answer["pages"], answer["matching"]) == (3, 20, 1000)
     assert [r["score"] for r in answer["rows"]] == list(range(899, 849, -1))
-    assert page(fleet, FleetQuery(page=99))["page"] == 20
+    assert page(fleet, TablesQuery(page=99))["page"] == 20
 
 
 @pytest.mark.parametrize(
@@ -123,6 +123,6 @@ def test_pages_are_cut_on_the_server_and_a_page_past_the_end_is_the_last():
     ],
 )
 def test_a_query_value_the_page_does_not_know_is_refused_by_name(field, value, message):
-    with pytest.raises(FleetQueryError) as refused:
-        FleetQuery(**{field: value})
+    with pytest.raises(TablesQueryError) as refused:
+        TablesQuery(**{field: value})
     assert str(refused.value) == message

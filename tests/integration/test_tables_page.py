@@ -27,7 +27,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.metrics import RUN_GAUGES
-from airflow_iceberg.plugins.fleet import UI_ROUTE, URL_PREFIX
+from airflow_iceberg.plugins.tables_page import UI_ROUTE, URL_PREFIX
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.table_list.schema import TableConfig
 from devkit.writers import write_small_files

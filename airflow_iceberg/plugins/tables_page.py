@@ -1,4 +1,4 @@
-"""The "Iceberg tables" page of the Airflow UI: the fleet by need, each table's gate, health and history, and an
+"""The "Iceberg tables" page of the Airflow UI: every table by need, each table's gate, health and history, and an
 audited force-open of a stuck gate.
 
 An Airflow 3 plugin in two parts. A React app (``react_apps``), in the UI's Browse menu at ``/plugin/iceberg-tables``:
@@ -17,7 +17,7 @@ sends one, must be this api-server. A request with a bearer token in its ``Autho
 page of another origin cannot make a browser send one.
 
 The list reads no table's metadata: it joins the gate rows, the health watch's last checks and the last run
-records, four queries per gate connection (:mod:`.fleet_view` holds its rules). A table's own page reads its
+records, four queries per gate connection (:mod:`.tables_view` holds its rules). A table's own page reads its
 health from its metadata (pyiceberg, no Spark), as ``airflow-iceberg report`` does.
 
 Task processes load plugins too (for their macros). The FastAPI app is built only where FastAPI is loaded
@@ -92,10 +92,10 @@ def build_app() -> Any:
     from fastapi.responses import FileResponse, RedirectResponse
     from itsdangerous import BadSignature, SignatureExpired
 
-    from airflow_iceberg.exceptions import FleetQueryError
+    from airflow_iceberg.exceptions import TablesQueryError
     from airflow_iceberg.hooks.write_gate import WriteGateHook
-    from airflow_iceberg.plugins import fleet_view
-    from airflow_iceberg.plugins.fleet_view import iso
+    from airflow_iceberg.plugins import tables_view
+    from airflow_iceberg.plugins.tables_view import iso
     from airflow_iceberg.surface import report
     from airflow_iceberg.surface.dag_factory import compaction_dag_id
     from airflow_iceberg.table_list.loader import load_table_list
@@ -119,7 +119,7 @@ def build_app() -> Any:
         return config
 
     def refuse_cross_site(request: Request, user: Any, form_token: str) -> None:
-        """403 unless the request came from this api-server's own page, as :mod:`the module <.fleet>` says."""
+        """403 unless the request came from this api-server's own page, as :mod:`the module <.tables_page>` says."""
         if request.headers.get("authorization", "").lower().startswith("bearer "):
             return  # a page of another origin cannot make a browser send this header
         sent = request.headers.get("origin") or request.headers.get("referer")
@@ -176,14 +176,14 @@ def build_app() -> Any:
     ) -> dict[str, Any]:
         """The list: a summary of every table the user may read, and one page of those the query keeps."""
         try:
-            query = fleet_view.FleetQuery(q, gate, need, outcome, sort, page, page_size)
-        except FleetQueryError as error:
+            query = tables_view.TablesQuery(q, gate, need, outcome, sort, page, page_size)
+        except TablesQueryError as error:
             raise HTTPException(status_code=400, detail=str(error)) from None
         by_conn: dict[str, list[TableConfig]] = {}
         for config in readable(user):
             by_conn.setdefault(config.write_gate_conn_id, []).append(config)
         rows = []
-        for conn_id, configs in by_conn.items():  # four queries per gate connection, whatever the fleet's size
+        for conn_id, configs in by_conn.items():  # four queries per gate connection, however many tables
             hook = WriteGateHook(conn_id)
             gates, checks = hook.gate_states(), hook.health_checks()
             last_runs = hook.last_runs([c.table for c in configs])
@@ -191,7 +191,7 @@ def build_app() -> Any:
             for config in configs:
                 name = str(config.table)
                 rows.append(
-                    fleet_view.row(
+                    tables_view.row(
                         name,
                         compaction_dag_id(config.table),
                         gates.get(name),
@@ -201,7 +201,7 @@ def build_app() -> Any:
                         run_url,
                     )
                 )
-        return fleet_view.page(rows, query)
+        return tables_view.page(rows, query)
 
     @app.get("/api/tables/{table}")
     def table(table: str, user: GetUserDep, days: float = 30) -> dict[str, Any]:
@@ -210,7 +210,7 @@ def build_app() -> Any:
         config = one_table(user, table)
         [summary] = report.summarize([config])
         gate, health = summary.gate, summary.health
-        owner = fleet_view.owner_of(gate, run_url)
+        owner = tables_view.owner_of(gate, run_url)
         may_force_open = owner is not None and _may(user, "PUT", compaction_dag_id(config.table))
         since = None if days <= 0 or gate is None else gate.database_now.timestamp() - days * 86400
         runs = [r for r in summary.runs if since is None or r["started_at"].timestamp() >= since]
@@ -278,7 +278,7 @@ _RUN_FIELDS = (
 )  # fmt: skip
 
 
-class IcebergFleetPlugin(AirflowPlugin):
+class IcebergTablesPlugin(AirflowPlugin):
     """The "Iceberg tables" page: a React app in the UI's Browse menu, and the FastAPI app that serves it."""
 
     name = "iceberg_tables"

@@ -1,5 +1,5 @@
 """What the "Iceberg tables" page lists: one row per table, from what the health watch and the run records already
-know, and the fleet's summary. Pure: the plugin's app (:mod:`.fleet`) reads the rows' sources, one query each
+know, and the summary of all tables. Pure: the plugin's app (:mod:`.tables_page`) reads the rows' sources, one query
 per gate connection, and this module joins, filters, sorts and pages them. No table's metadata is read.
 
 A table's **need** is what the page sorts by, worst first:
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_iceberg.exceptions import FleetQueryError
+from airflow_iceberg.exceptions import TablesQueryError
 
 NEEDS = ("needs_work", "check_failed", "unknown", "healthy")
 GATES = ("closed", "open")
@@ -30,7 +30,7 @@ _CHECK_FAILED = ("error", "unreachable")
 
 
 @dataclass(frozen=True)
-class FleetQuery:
+class TablesQuery:
     """What the user asked the list for: a name filter, filters by gate, need and last outcome, an order, a page."""
 
     q: str = ""
@@ -45,11 +45,11 @@ class FleetQuery:
         for name, allowed in (("gate", GATES), ("need", NEEDS), ("outcome", OUTCOMES), ("sort", SORTS)):
             value = getattr(self, name)
             if value and value not in allowed:
-                raise FleetQueryError(f"{name}={value[:100]!r} is not one of {', '.join(allowed)}")
+                raise TablesQueryError(f"{name}={value[:100]!r} is not one of {', '.join(allowed)}")
         if not 1 <= self.page_size <= 500:
-            raise FleetQueryError(f"page_size={self.page_size} is not between 1 and 500")
+            raise TablesQueryError(f"page_size={self.page_size} is not between 1 and 500")
         if self.page < 1:
-            raise FleetQueryError(f"page={self.page} is not 1 or more")
+            raise TablesQueryError(f"page={self.page} is not 1 or more")
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -135,7 +135,7 @@ def _sort(rows: list[Mapping[str, Any]], sort: str) -> None:
         rows.sort(key=lambda r: (NEEDS.index(r["need"]), -(r["score"] or 0)))
 
 
-def page(rows: Iterable[Mapping[str, Any]], query: FleetQuery) -> dict[str, Any]:
+def page(rows: Iterable[Mapping[str, Any]], query: TablesQuery) -> dict[str, Any]:
     """The list's answer: the summary of every row, and one page of the rows the query keeps, in its order."""
     rows = list(rows)
     kept = [

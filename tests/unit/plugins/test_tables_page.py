@@ -17,7 +17,7 @@ from airflow_iceberg.surface.report import Health, TableSummary
 LOAD = """
 import json, sys
 {first}
-from airflow_iceberg.plugins.fleet import IcebergFleetPlugin as P
+from airflow_iceberg.plugins.tables_page import IcebergTablesPlugin as P
 print(json.dumps({{"apps": [a["url_prefix"] for a in P.fastapi_apps], "fastapi": "fastapi" in sys.modules,
                   "react_apps": P.react_apps, "views": P.external_views}}))
 """
@@ -33,7 +33,7 @@ def load(first: str = "") -> dict:
 
 def test_airflow_finds_the_plugin_through_its_entry_point():
     [plugin] = [e for e in entry_points(group="airflow.plugins") if e.name == "iceberg_tables"]
-    assert plugin.value == "airflow_iceberg.plugins.fleet:IcebergFleetPlugin"
+    assert plugin.value == "airflow_iceberg.plugins.tables_page:IcebergTablesPlugin"
 
 
 def test_a_task_process_loading_plugins_does_not_import_fastapi_or_build_the_app():
@@ -114,7 +114,7 @@ def client(monkeypatch, tmp_path):
     from fastapi.testclient import TestClient
 
     from airflow_iceberg.hooks.write_gate import WriteGateHook
-    from airflow_iceberg.plugins import fleet
+    from airflow_iceberg.plugins import tables_page
     from airflow_iceberg.surface import report
     from airflow_iceberg.surface.dag_factory import compaction_dag_id
 
@@ -129,9 +129,11 @@ def client(monkeypatch, tmp_path):
 
     monkeypatch.setattr(report, "summarize", summarize)
     readable = {compaction_dag_id(TableName.parse(t)) for t in (TABLE, OTHER)}  # not lake.ui.hidden's
-    monkeypatch.setattr(fleet, "_readable_dag_ids", lambda user: readable)
+    monkeypatch.setattr(tables_page, "_readable_dag_ids", lambda user: readable)
     monkeypatch.setattr(
-        fleet, "_may", lambda user, method, dag_id: dag_id in readable and (method == "GET" or user.name == "admin")
+        tables_page,
+        "_may",
+        lambda user, method, dag_id: dag_id in readable and (method == "GET" or user.name == "admin"),
     )
     monkeypatch.setattr(WriteGateHook, "audit_trail", lambda self, table: [])
     monkeypatch.setattr(WriteGateHook, "gate_states", lambda self: {TABLE: gate(state["closed"])})
@@ -158,11 +160,11 @@ def client(monkeypatch, tmp_path):
 
     monkeypatch.setattr(WriteGateHook, "force_open", force_open)
     root = FastAPI()
-    app = fleet.build_app()
+    app = tables_page.build_app()
     app.dependency_overrides[security.get_user] = lambda: type(
         "User", (), {"name": state["user"], "get_name": lambda self: self.name, "get_id": lambda self: self.name}
     )()
-    root.mount(fleet.URL_PREFIX, app)
+    root.mount(tables_page.URL_PREFIX, app)
     return TestClient(root), state
 
 
@@ -196,7 +198,7 @@ def test_the_list_filters_and_refuses_an_unknown_value_by_name(client):
 
 def test_the_page_is_one_script_served_from_the_package(client):
     http, _ = client
-    from airflow_iceberg.plugins.fleet import BUNDLE
+    from airflow_iceberg.plugins.tables_page import BUNDLE
 
     script = http.get("/iceberg/static/iceberg-tables.js")
     assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
@@ -262,7 +264,7 @@ def test_force_open_needs_a_reason_and_records_who_gave_it(client):
 )
 def test_a_cross_site_force_open_is_refused_and_the_gate_stays_closed(client, headers, token, refusal):
     http, state = client
-    from airflow_iceberg.plugins.fleet import _form_signer
+    from airflow_iceberg.plugins.tables_page import _form_signer
 
     tokens = {
         "the page's": form_token(http),
@@ -278,10 +280,11 @@ def test_a_cross_site_force_open_is_refused_and_the_gate_stays_closed(client, he
 
 def test_an_expired_form_is_refused_with_what_to_do(client, monkeypatch):
     http, state = client
-    from airflow_iceberg.plugins import fleet
+
+    from airflow_iceberg.plugins import tables_page
 
     token = form_token(http)
-    monkeypatch.setattr(fleet, "FORM_MAX_AGE", -1)
+    monkeypatch.setattr(tables_page, "FORM_MAX_AGE", -1)
     refused = http.post(f"/iceberg/api/tables/{TABLE}/force-open", data={"reason": "run died", "form_token": token})
     assert refused.status_code == 403 and "reload the table's page" in refused.json()["detail"]
     assert state["forced"] == []
