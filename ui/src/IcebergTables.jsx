@@ -1,10 +1,10 @@
 import { useSearchParams } from "react-router-dom";
-import { FleetList } from "./FleetList.jsx";
+import { AllTables } from "./AllTables.jsx";
 import { TableDetail } from "./TableDetail.jsx";
 
-// The page: the fleet, or one table's page when the URL names it (?table=catalog.namespace.table).
+// The page: every table, or one table's page when the URL names it (?table=catalog.namespace.table).
 export function IcebergTables() {
   const [params, setParams] = useSearchParams();
   const table = params.get("table");
-  return table ? <TableDetail table={table} /> : <FleetList params={params} setParams={setParams} />;
+  return table ? <TableDetail table={table} /> : <AllTables params={params} setParams={setParams} />;
 }

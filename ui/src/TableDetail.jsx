@@ -5,7 +5,7 @@ import {
 import { useState } from "react";
 import { Link as RouterLink, useSearchParams } from "react-router-dom";
 import { apiUrl, postForm, useJson } from "./api.js";
-import { NEED, OUTCOME_PALETTE } from "./FleetList.jsx";
+import { NEED, OUTCOME_PALETTE } from "./AllTables.jsx";
 import { ago, bytes, count, seconds, when } from "./format.js";
 import { HistoryCharts } from "./HistoryCharts.jsx";
 

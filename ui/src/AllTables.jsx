@@ -82,7 +82,7 @@ function Row({ row }) {
   );
 }
 
-export function FleetList({ params, setParams }) {
+export function AllTables({ params, setParams }) {
   const query = Object.fromEntries(["q", "gate", "need", "outcome", "sort", "page"].map((k) => [k, params.get(k) ?? ""]));
   const { data, error, loading } = useJson(apiUrl("tables", { ...query, page_size: 50 }));
   const [q, setQ] = useState(query.q);
