@@ -14,7 +14,6 @@ The text that reaches Spark is the text given, unchanged: parsing is a check, ne
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from itertools import pairwise
@@ -27,6 +26,7 @@ from sqlglot.tokens import TokenType
 
 from airflow_iceberg.core.tables import shown
 from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
+from airflow_iceberg.planning.templates import holds_template
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 _FORBIDDEN = (exp.Query, exp.Subquery, exp.Command, exp.DDL, exp.DML, exp.Table, exp.Placeholder, exp.Parameter)
 #: Spark SQL as sqlglot reads it.
 _SPARK = Dialect.get_or_raise("spark")
-#: Jinja's markers: a template that was never rendered.
-_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 #: What a predicate's top must be: a comparison, IN, IS, BETWEEN, LIKE, AND/OR, NOT, or a boolean constant.
 _BOOLEAN_ROOTS = (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)
 
@@ -66,7 +64,7 @@ def parse_predicate(text: object, *, what: str = "where", rendered: bool = False
             "DAG's own (an empty predicate is never taken to mean the whole table)"
         )
     quoted = shown(text)
-    if not rendered and _holds_template(text):
+    if not rendered and holds_template(text):
         raise PredicateError(
             f"{what} {quoted} holds a template, but a run's own where is taken as written, never rendered: write "
             "the value itself, such as dt >= '2026-11-25' (templates belong in the table list's where, which is "
@@ -130,21 +128,6 @@ def parse_predicate(text: object, *, what: str = "where", rendered: bool = False
         if column.name not in columns:
             columns.append(column.name)
     return Predicate(text=text, tree=tree, columns=tuple(columns))
-
-
-def _holds_template(text: str) -> bool:
-    """Whether Jinja would render ``text`` to something else: ``'{{ ds }}'`` would, ``'a {{ b'`` would not."""
-    if not _TEMPLATE.search(text):
-        return False
-    import jinja2
-    from jinja2.sandbox import SandboxedEnvironment
-
-    try:  # sandboxed, with no context: nothing of the run's can be read here
-        return SandboxedEnvironment().from_string(text).render() != text
-    except jinja2.TemplateSyntaxError:
-        return False  # Jinja could not take it as a template either: it is data
-    except jinja2.TemplateError:
-        return True  # a template that names what is not here ({{ conn.lake.password }})
 
 
 def _syntax_advice(text: str, error: Exception) -> str:

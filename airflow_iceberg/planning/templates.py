@@ -1,5 +1,6 @@
-"""A table's predicate templates, rendered: for a run (``render_predicate``, with the operator's Jinja environment)
-and for the health watch (``render_at``), each as of the same time (``time_context``).
+"""A table's predicate templates: told from plain text (``may_hold_template``, ``holds_template``), and rendered
+for a run (``render_predicate``, with the operator's Jinja environment) and for the health watch (``render_at``),
+each as of the same time (``time_context``).
 
 A run the health watch starts is asset-triggered and has no logical date: its predicates render as of when it was
 started, and the watch, which plans the table before there is a run, renders them as of now in the same way.
@@ -7,6 +8,7 @@ started, and the watch, which plans the table before there is a run, renders the
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +16,28 @@ import jinja2
 import pendulum
 
 from airflow_iceberg.exceptions import RunParamsError
+
+#: Jinja's markers: text without one is never a template.
+_MARKERS = re.compile(r"\{\{|\{%|\{#")
+
+
+def may_hold_template(text: str) -> bool:
+    """Whether ``text`` has one of Jinja's markers: the cheap look, for each table at every parse of the list."""
+    return _MARKERS.search(text) is not None
+
+
+def holds_template(text: str) -> bool:
+    """Whether Jinja would render ``text`` to something else: ``'{{ ds }}'`` would, ``'a {{ b'`` would not."""
+    if not may_hold_template(text):
+        return False
+    from jinja2.sandbox import SandboxedEnvironment
+
+    try:  # sandboxed, with no context: nothing of the run's can be read here
+        return SandboxedEnvironment().from_string(text).render() != text
+    except jinja2.TemplateSyntaxError:
+        return False  # Jinja could not take it as a template either: it is data
+    except jinja2.TemplateError:
+        return True  # a template that names what is not here ({{ conn.lake.password }})
 
 
 def time_context(when: datetime) -> dict[str, Any]:

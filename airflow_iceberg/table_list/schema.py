@@ -32,6 +32,7 @@ from airflow_iceberg.core.maintenance import FLINK_CHECKPOINT_MARKER, ORPHAN_MAR
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.planning.health import HealthThresholds
+from airflow_iceberg.planning.templates import may_hold_template
 
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
@@ -192,6 +193,10 @@ class FullRewriteConfig(BaseModel):
     max_concurrent_file_group_rewrites: int = Field(default=200, gt=0)
 
 
+#: The health thresholds' defaults, defined once, with their sources, in ``planning/health.py``.
+_THRESHOLDS = HealthThresholds()
+
+
 class HealthConfig(BaseModel):
     """When the compaction DAG rewrites at all: thresholds read from table metadata (see ``health.HealthThresholds``).
 
@@ -216,17 +221,29 @@ class HealthConfig(BaseModel):
     cooldown_minutes: float = Field(
         default=10, ge=0, description="No watch-started run sooner than this after the table's last run ended"
     )
-    small_file_ratio: float = Field(default=0.75, gt=0, le=1, description="Small: below this share of the target")
-    min_small_files: int = Field(
-        default=12, ge=1, description="Small files plus equality-delete files in a partition that trigger a rewrite"
+    small_file_ratio: float = Field(
+        default=_THRESHOLDS.small_file_ratio, gt=0, le=1, description="Small: below this share of the target"
     )
-    max_delete_ratio: float = Field(default=0.1, gt=0, description="Delete records per data record that trigger one")
-    max_delete_age_minutes: float = Field(default=60.0, ge=0, description="A delete file this old triggers one")
+    min_small_files: int = Field(
+        default=_THRESHOLDS.min_small_files,
+        ge=1,
+        description="Small files plus equality-delete files in a partition that trigger a rewrite",
+    )
+    max_delete_ratio: float = Field(
+        default=_THRESHOLDS.max_delete_ratio, gt=0, description="Delete records per data record that trigger one"
+    )
+    max_delete_age_minutes: float = Field(
+        default=_THRESHOLDS.max_delete_age_minutes, ge=0, description="A delete file this old triggers one"
+    )
     max_equality_delete_files: int | None = Field(
-        default=None, ge=1, description="Equality-delete files in a partition that trigger one; unset: not this way"
+        default=_THRESHOLDS.max_equality_delete_files,
+        ge=1,
+        description="Equality-delete files in a partition that trigger one; unset: not this way",
     )
     max_equality_delete_records: int | None = Field(
-        default=None, ge=1, description="Records in a partition's equality-delete files that trigger one; unset: not"
+        default=_THRESHOLDS.max_equality_delete_records,
+        ge=1,
+        description="Records in a partition's equality-delete files that trigger one; unset: not",
     )
 
     @field_validator("watch")
@@ -349,7 +366,7 @@ class TableConfig(BaseModel):
                     f"{what} is empty: give a predicate, or leave it out to rewrite the whole table (an empty "
                     "predicate is never taken to mean the whole table)"
                 )
-            if text is not None and not any(marker in text for marker in ("{{", "{%", "{#")):
+            if text is not None and not may_hold_template(text):
                 # Without a template it is final now: refuse it here, not in every run's check_run_params. (sqlglot
                 # is imported only for such a table; a templated predicate is checked once rendered, in each run.)
                 from airflow_iceberg.exceptions import PredicateError

@@ -95,3 +95,9 @@ def test_health_triggers_are_checked():
         TableConfig(table="lake.db.a", health={"small_file_ratio": 2})
     with pytest.raises(ValidationError, match="min_small_files"):
         TableConfig(table="lake.db.a", health={"min_small_files": 0})
+
+
+def test_an_entry_without_health_settings_plans_with_the_planners_own_thresholds():
+    from airflow_iceberg.planning.health import HealthThresholds
+
+    assert TableConfig(table="lake.db.a").health.thresholds() == HealthThresholds()
