@@ -79,10 +79,10 @@ def gate_schema() -> Schema:
 
 
 def recorded_version(cursor: Any) -> int:
-    """The schema version of the cursor's database: 0 when it has no gate tables.
+    """The schema version recorded in the cursor's database: 0 when it has none yet.
 
-    A database set up before versions were recorded (gate tables, no recorded version) is recognised by its
-    columns: version 2 added the writer's acknowledgement.
+    Gate tables with no recorded version were made by hand, not by :func:`migrate`: refused, naming them, since
+    nothing can tell which version they are.
     """
     cursor.execute(
         "SELECT LOWER(table_name) AS name FROM information_schema.tables"
@@ -95,15 +95,12 @@ def recorded_version(cursor: Any) -> int:
         version = cursor.fetchone()["version"]
         if version is not None:
             return int(version)
-    if GATE_TABLE not in present:
-        return 0
-    cursor.execute(
-        "SELECT LOWER(column_name) AS name FROM information_schema.columns"
-        " WHERE table_schema = DATABASE() AND LOWER(table_name) = %s",
-        (GATE_TABLE,),
-    )
-    columns = {row["name"] for row in cursor.fetchall()}
-    return 2 if "writer_ack_at" in columns else 1
+    if GATE_TABLE in present:
+        raise WriteGateSchemaError(
+            f"the database holds {GATE_TABLE} but no schema version in {SCHEMA_TABLE}: it was not made by "
+            "`airflow-iceberg migrate`; drop its gate tables (no gate may be closed) and run the command again"
+        )
+    return 0
 
 
 def migrate(connection: Any, schema: Schema | None = None) -> tuple[int, int]:
@@ -125,11 +122,6 @@ def migrate(connection: Any, schema: Schema | None = None) -> tuple[int, int]:
             if current > schema.latest:
                 raise WriteGateSchemaError(
                     f"the database is at schema version {current}, newer than this provider's {schema.latest}"
-                )
-            if current:  # record a version found in place, so the next run reads it directly
-                cursor.execute(
-                    f"INSERT IGNORE INTO {SCHEMA_TABLE} (version, summary) VALUES (%s, %s)",
-                    (current, "found in place, set up before versions were recorded"),
                 )
             for version in schema.versions[current:]:
                 for statement in version.statements:

@@ -37,8 +37,6 @@ from airflow_iceberg.planning.templates import may_hold_template
 #: The Spark provider's default connection id (``SparkSubmitHook.default_conn_name``), written here so that
 #: reading the table list does not import the Spark provider; a unit test holds the two together.
 SPARK_DEFAULT_CONN_ID = "spark_default"
-#: Settings renamed since an earlier release: old name -> new name.
-RENAMED_SETTINGS = {"poke_seconds": "poke_interval", "spark_pool_slots": "spark_slots", "table_care": "maintenance"}
 #: What every run of a table puts under its own ``rewrite_data_files`` options (its own win): rewrite each data
 #: file that carries a delete file, applying its deletes (``delete-file-threshold``), then remove the delete files
 #: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
@@ -340,15 +338,6 @@ class TableConfig(BaseModel):
     )
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, values: Any) -> Any:
-        if isinstance(values, Mapping):
-            for old, new in RENAMED_SETTINGS.items():
-                if old in values:
-                    raise ValueError(f"setting {old!r} is now called {new!r}")
-        return values
 
     @field_validator("where")
     @classmethod

@@ -1,5 +1,6 @@
-"""Migrating the gate's schema on the real MySQL: from the first released schema, from the pre-versioning one,
-and from nothing, through ``airflow-iceberg migrate``; and what a hook says on a database never migrated."""
+"""Migrating the gate's schema on the real MySQL: from an older version, and from nothing, through
+``airflow-iceberg migrate``; what it says of gate tables it did not make; and what a hook says on a database never
+migrated."""
 
 from __future__ import annotations
 
@@ -15,36 +16,14 @@ from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.exceptions import WriteGateSchemaError
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.hooks.write_gate_schema import gate_schema
+from airflow_iceberg.hooks.write_gate_schema import Schema, gate_schema, migrate
 
-#: The tables as the first release (commit 8115a02) created them: no acknowledgement, no version table.
-FIRST_RELEASE_DDL = (
-    """CREATE TABLE IF NOT EXISTS iceberg_write_gate (
-        table_name VARCHAR(400) NOT NULL PRIMARY KEY COMMENT 'catalog.namespace.table',
-        state VARCHAR(8) NOT NULL DEFAULT 'open',
-        owner_dag_id VARCHAR(250) NULL,
-        owner_run_id VARCHAR(250) NULL,
-        closed_at TIMESTAMP(6) NULL DEFAULT NULL,
-        lease_expires_at TIMESTAMP(6) NULL DEFAULT NULL,
-        opened_at TIMESTAMP(6) NULL DEFAULT NULL,
-        CONSTRAINT iceberg_write_gate_state CHECK (state IN ('open', 'closed'))
+#: Gate tables made by hand, not by ``airflow-iceberg migrate``: no schema version is recorded with them.
+HAND_MADE_DDL = (
+    """CREATE TABLE iceberg_write_gate (
+        table_name VARCHAR(400) NOT NULL PRIMARY KEY,
+        state VARCHAR(8) NOT NULL DEFAULT 'open'
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-    """CREATE TABLE IF NOT EXISTS iceberg_write_gate_audit (
-        id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-        table_name VARCHAR(400) NOT NULL,
-        action VARCHAR(16) NOT NULL,
-        owner_dag_id VARCHAR(250) NULL,
-        owner_run_id VARCHAR(250) NULL,
-        at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-        lease_expires_at TIMESTAMP(6) NULL DEFAULT NULL,
-        detail VARCHAR(1000) NULL,
-        KEY iceberg_write_gate_audit_table_at (table_name, at)
-    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-)
-#: What releases before versioned schemas added, on every hook instance, to a first-release database.
-PRE_VERSIONING_ALTERS = (
-    "ALTER TABLE iceberg_write_gate ADD COLUMN writer_ack_at TIMESTAMP(6) NULL DEFAULT NULL",
-    "ALTER TABLE iceberg_write_gate ADD COLUMN writer_ack_snapshot_id BIGINT NULL",
 )
 OWNER = GateOwner("iceberg_compact__lake__db__events", "scheduled__2026-11-01T00:00:00+00:00")
 TABLE = "lake.db.events"
@@ -71,14 +50,21 @@ def run_sql(mysql_server, database: str, *statements: str) -> None:
             cursor.execute(statement)
 
 
-def migrate_command() -> str:
+def migrate_command(*, succeeds: bool = True) -> str:
     """``airflow-iceberg migrate --conn-id scratch_gate``, as a user runs it; its output."""
     script = Path(sys.executable).with_name("airflow-iceberg")
     done = subprocess.run(
         [str(script), "migrate", "--conn-id", "scratch_gate"], capture_output=True, text=True, timeout=300
     )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    assert (done.returncode == 0) is succeeds, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def migrate_to_version_one() -> None:
+    """The scratch database at schema version 1, as this provider's schema file defines it: an older install."""
+    shipped = gate_schema()
+    with WriteGateHook("scratch_gate").get_conn() as db:
+        assert migrate(db, Schema(shipped.always, shipped.versions[:1])) == (0, 1)
 
 
 def columns(mysql_server, database: str) -> dict[str, dict[str, tuple]]:
@@ -95,11 +81,11 @@ def columns(mysql_server, database: str) -> dict[str, dict[str, tuple]]:
     return described
 
 
-def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch_gate, mysql_server):
+def test_a_database_at_an_older_version_is_upgraded_in_place_keeping_its_gates(scratch_gate, mysql_server):
+    migrate_to_version_one()
     run_sql(
         mysql_server,
         scratch_gate,
-        *FIRST_RELEASE_DDL,
         "INSERT INTO iceberg_write_gate (table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at)"
         f" VALUES ('{TABLE}', 'closed', '{OWNER.dag_id}', '{OWNER.run_id}', NOW(6), NOW(6) + INTERVAL 1 HOUR)",
         f"INSERT INTO iceberg_write_gate_audit (table_name, action, owner_run_id) VALUES ('{TABLE}', 'close', 'r')",
@@ -111,7 +97,7 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
 
     assert f"version 1 -> {gate_schema().latest}" in output
     assert hook.schema_version() == gate_schema().latest
-    state = hook.get_state(TABLE)  # the gate closed under the first release is still closed, by the same run
+    state = hook.get_state(TABLE)  # the gate closed under version 1 is still closed, by the same run
     assert state.held_by(OWNER) and state.writers == ()
     assert [row["action"] for row in hook.audit_trail(TABLE)] == ["close"]
     # What the later versions added works: the writer registers and acknowledges, the owner opens.
@@ -136,7 +122,7 @@ def test_a_first_release_database_is_upgraded_in_place_keeping_its_gates(scratch
 
 
 def test_a_migrated_database_has_the_same_tables_as_a_new_one(scratch_gate, mysql_server):
-    run_sql(mysql_server, scratch_gate, *FIRST_RELEASE_DDL)
+    migrate_to_version_one()
     migrate_command()
     upgraded = columns(mysql_server, scratch_gate)
     # The suite's own gate database was migrated from nothing when the session started.
@@ -146,12 +132,13 @@ def test_a_migrated_database_has_the_same_tables_as_a_new_one(scratch_gate, mysq
     assert "ack_snapshot_id" in upgraded["iceberg_write_gate_writer"]
 
 
-def test_a_database_set_up_before_versions_were_recorded_is_recognised_not_altered_again(scratch_gate, mysql_server):
-    run_sql(mysql_server, scratch_gate, *FIRST_RELEASE_DDL, *PRE_VERSIONING_ALTERS)
-    output = migrate_command()
-    # Recognised as version 2 by its columns: only what came later is applied, version 2's ALTER is not run again.
-    assert f"version 2 -> {gate_schema().latest}" in output and "applied 3 " in output and "applied 2" not in output
-    assert WriteGateHook("scratch_gate").schema_version() == gate_schema().latest
+def test_gate_tables_it_did_not_make_are_refused_naming_what_to_do_and_left_as_they_were(scratch_gate, mysql_server):
+    run_sql(mysql_server, scratch_gate, *HAND_MADE_DDL)
+    before = columns(mysql_server, scratch_gate)["iceberg_write_gate"]
+    output = migrate_command(succeeds=False)
+    assert "holds iceberg_write_gate but no schema version in iceberg_write_gate_schema" in output
+    assert "drop its gate tables" in output
+    assert columns(mysql_server, scratch_gate)["iceberg_write_gate"] == before  # nothing altered
 
 
 def test_a_hook_on_a_database_never_migrated_names_the_command_and_creates_nothing(scratch_gate, mysql_server):

@@ -145,20 +145,6 @@ def test_without_airflow_iceberg_config_the_table_list_is_in_airflows_dag_folder
     assert config_path() == tmp_path / "dags" / "iceberg_tables.yaml"
 
 
-@pytest.mark.parametrize(
-    ("entry", "old", "new"),
-    [
-        ("poke_seconds: 5", "poke_seconds", "poke_interval"),
-        ("spark_pool_slots: 2", "spark_pool_slots", "spark_slots"),
-        ("table_care: {retain_last: 3}", "table_care", "maintenance"),
-    ],
-)
-def test_a_renamed_setting_is_named_with_its_new_name(tmp_path, entry, old, new):
-    tables = load_table_list(write(tmp_path, f"tables: [{{table: lake.db.a, {entry}}}, {{table: lake.db.b}}]"))
-    assert [str(t.table) for t in tables.tables] == ["lake.db.b"]  # the other table is unaffected
-    assert f"setting {old!r} is now called {new!r}" in tables.errors[0]
-
-
 @pytest.mark.parametrize("value", ["0", "-3", "ten", "true", "2.5"])
 def test_a_tables_per_dag_file_that_is_not_a_whole_number_of_at_least_one_is_refused_naming_it(tmp_path, value):
     with pytest.raises(IcebergConfigError, match=r"tables_per_dag_file must be a whole number of at least 1, got"):
