@@ -18,7 +18,8 @@ import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.triggers.table_health import CatalogSweep, TableHealthTrigger
+from airflow_iceberg.triggers.health_sweep import CatalogSweep
+from airflow_iceberg.triggers.table_health import TableHealthTrigger
 
 ROWS = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 HEALTHY = 6
@@ -74,7 +75,7 @@ def test_a_dropped_a_renamed_and_an_unreadable_table_each_say_so_once_and_the_ot
     for name in (f"ok{n}" for n in range(HEALTHY)):
         catalog.load_table(found[name].in_catalog).append(ROWS)
 
-    with caplog.at_level(logging.INFO, logger="airflow_iceberg.triggers.table_health"):
+    with caplog.at_level(logging.INFO, logger="airflow_iceberg.triggers.health_sweep"):
         second = {c.table: c for c in sweep.check_all(watchers)}
         third = {c.table: c for c in sweep.check_all(watchers)}
 
@@ -111,7 +112,7 @@ def test_a_dropped_a_renamed_and_an_unreadable_table_each_say_so_once_and_the_ot
 
     # Renamed back, the table is checked again, and the log says so.
     catalog.rename_table((ns, "renamed_new"), found["renamed"].in_catalog)
-    with caplog.at_level(logging.INFO, logger="airflow_iceberg.triggers.table_health"):
+    with caplog.at_level(logging.INFO, logger="airflow_iceberg.triggers.health_sweep"):
         again = {c.table: c for c in sweep.check_all(watchers)}
     assert again[str(found["renamed"])].decision == "healthy"
     assert f"Health check of {found['renamed']}: readable again" in caplog.text

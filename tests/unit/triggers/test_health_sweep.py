@@ -1,0 +1,188 @@
+"""The health watch's sweep: when a table that needs work gets a run, and when it waits."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from tests.unit.triggers.watchers import trigger
+
+
+def unchanged(monkeypatch, sweep) -> None:
+    """The catalog's second look, before a run starts, finds each table as the sweep's check read it."""
+    monkeypatch.setattr(
+        sweep, "list_locations", lambda tables: ({str(t): sweep.memory[str(t)].location for t in tables}, {})
+    )
+
+
+class _Runs:
+    """The gate database's run records as ``hold_back`` reads them: none, or the one a test sets."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, dict] = {}
+
+    def last_runs(self, tables):
+        return {t: self.last[t] for t in tables if t in self.last}
+
+
+def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_back_past_its_cooldown(monkeypatch):
+    """Airflow's scheduler creates asset-triggered runs a few per loop: with 200 events at once, a run appeared a
+    minute after its event, and the table, its cool-down over and no run of it queued yet, got a second event."""
+    import asyncio
+    import time as clock
+
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep, Check, TableMemory
+
+    pending = {"count": 0}
+
+    async def pending_runs(dag_id):
+        return pending["count"]
+
+    monkeypatch.setattr(health_sweep, "_pending_runs", pending_runs)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+    runs = _Runs()
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: runs)
+    unchanged(monkeypatch, sweep)
+    watcher = trigger(cooldown_minutes=1)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+
+    def decide() -> Check:
+        check = Check("lake.db.t", "needs_work", "1 of 1 partitions need work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+        return check
+
+    assert decide().decision == "started"
+    now["t"] += 61  # the cool-down is over; the scheduler has not created the run yet
+    check = decide()
+    assert check.decision == "waiting" and "has not been created yet" in check.reason, check.reason
+    pending["count"] = 1  # created, queued
+    assert decide().decision == "waiting"
+    pending["count"] = 0  # it ran and ended a minute ago
+    runs.last["lake.db.t"] = {
+        "run_id": "r1",
+        "outcome": "succeeded",
+        "started_at": datetime.now(timezone.utc),
+        "finished_at": datetime.now(timezone.utc),
+        "seconds_ago": 61.0,
+    }
+    now["t"] += 61
+    assert decide().decision == "started"  # the table needs work again: a new need, a new run
+
+
+def test_a_run_that_never_appears_holds_the_table_back_no_longer_than_run_appear_seconds(monkeypatch):
+    import asyncio
+    import time as clock
+
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import RUN_APPEAR_SECONDS, CatalogSweep, Check, TableMemory
+
+    async def no_runs(dag_id):
+        return 0
+
+    monkeypatch.setattr(health_sweep, "_pending_runs", no_runs)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: _Runs())
+    unchanged(monkeypatch, sweep)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+    watcher = trigger(cooldown_minutes=1)
+
+    def decide() -> str:
+        check = Check("lake.db.t", "needs_work", "needs work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+        return check.decision
+
+    assert decide() == "started"
+    now["t"] += RUN_APPEAR_SECONDS - 1
+    assert decide() == "waiting"
+    now["t"] += 2
+    assert decide() == "started"
+
+
+def test_a_table_that_changed_while_a_long_sweep_ran_waits_for_the_next_sweep(monkeypatch):
+    """With 200 tables a sweep took three minutes, most of it asking Airflow about each table's runs. A run that
+    compacted a table after the sweep read it, and ended more than a cool-down before its turn came, left a stale
+    "needs work": the watch started a second run, which found nothing to do."""
+    import asyncio
+
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep, Check, TableMemory
+
+    async def no_runs(dag_id):
+        return 0
+
+    monkeypatch.setattr(health_sweep, "_pending_runs", no_runs)
+    runs = _Runs()
+    runs.last["lake.db.t"] = {
+        "run_id": "r1",
+        "outcome": "success",
+        "started_at": datetime.now(timezone.utc),
+        "finished_at": datetime.now(timezone.utc),
+        "seconds_ago": 75.0,  # ended after the sweep read the table, a cool-down before its turn
+    }
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: runs)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t/00007.metadata.json", facts=None)
+    now_at = {"lake.db.t": "s3://t/00008.metadata.json"}  # the run's rewrite committed
+    monkeypatch.setattr(sweep, "list_locations", lambda tables: (now_at, {}))
+    watcher = trigger(cooldown_minutes=1)
+
+    check = Check("lake.db.t", "needs_work", "1 of 1 partitions need work")
+    asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+    assert check.decision == "waiting", check
+    assert check.reason.endswith("waits: the table changed while this sweep ran; the next one decides")
+    assert sweep.memory["lake.db.t"].started_at is None  # no run asked for
+
+    now_at["lake.db.t"] = "s3://t/00007.metadata.json"  # as read: the need stands
+    check = Check("lake.db.t", "needs_work", "1 of 1 partitions need work")
+    asyncio.run(sweep.hold_back([check], {"lake.db.t": watcher}))
+    assert check.decision == "started"
+
+
+def test_a_catalog_that_does_not_answer_the_second_look_starts_nothing(monkeypatch):
+    import asyncio
+
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep, Check, TableMemory
+
+    async def no_runs(dag_id):
+        return 0
+
+    def down(tables):
+        raise ConnectionError("catalog database down")
+
+    monkeypatch.setattr(health_sweep, "_pending_runs", no_runs)
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_gate", lambda: _Runs())
+    monkeypatch.setattr(sweep, "list_locations", down)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+
+    check = Check("lake.db.t", "needs_work", "needs work")
+    asyncio.run(sweep.hold_back([check], {"lake.db.t": trigger(cooldown_minutes=1)}))
+    assert check.decision == "waiting"
+    assert "the catalog did not answer a second look: ConnectionError: catalog database down" in check.reason
+
+
+def test_a_new_snapshot_keeps_what_the_watch_asked_for_and_saw_of_runs(monkeypatch):
+    """A streaming writer commits every minute: a new snapshot must not forget that the watch asked for a run that
+    the scheduler has not created yet, or the table gets a second event a cool-down later."""
+    from airflow_iceberg.planning.screen import SnapshotFacts
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep, TableMemory
+
+    asked = datetime(2026, 11, 29, 9, 0, tzinfo=timezone.utc)
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    sweep.memory["lake.db.t"] = TableMemory(
+        "s3://t/1.json", SnapshotFacts(1), started_at=5.0, started_wall=asked, run_seen=False
+    )
+    monkeypatch.setattr(sweep, "read_facts", lambda location: SnapshotFacts(2))
+    monkeypatch.setattr(health_sweep, "screen", lambda facts, last_read, thresholds: (False, "its totals say healthy"))
+
+    sweep.check(trigger(), "s3://t/2.json", {})
+
+    memory = sweep.memory["lake.db.t"]
+    assert (memory.location, memory.facts.snapshot_id) == ("s3://t/2.json", 2)
+    assert (memory.started_at, memory.started_wall, memory.run_seen) == (5.0, asked, False)
