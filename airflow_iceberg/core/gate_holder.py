@@ -38,6 +38,7 @@ from airflow_iceberg.core.gate_protocol import (
     WRITERS_SELECT_SQL,
 )
 from airflow_iceberg.core.gate_state import (
+    AuditAction,
     GateOwner,
     GateState,
     WriterState,
@@ -141,7 +142,7 @@ class GateHolder:
                 "run_id": self.owner.run_id,
                 "lease_seconds": self.lease_seconds,
                 "max_pause_seconds": self.max_pause_seconds,
-                "renew": change.action == "reclose",
+                "renew": change.action == AuditAction.RECLOSE,
             }
             cursor.execute(OWNER_CLOSE_SQL, params)
             cursor.execute(OWNER_RENEW_SQL, (self.table, self.owner.dag_id, self.owner.run_id))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import WRITER_SEEN_WINDOW_SECONDS
@@ -153,34 +154,46 @@ class GateState:
         return writer.ack_at is not None and self.closed_at is not None and writer.ack_at >= self.closed_at
 
 
+class AuditAction(StrEnum):
+    """What a row of the gate's audit trail (``iceberg_write_gate_audit.action``) records."""
+
+    CLOSE = "close"
+    RECLOSE = "reclose"  # the holder renewed its lease
+    CLOSE_REFUSED = "close_refused"  # another run holds the gate
+    OPEN = "open"
+    OPEN_NOOP = "open_noop"  # already open, or held by another run: nothing changed
+    FORCE_OPEN = "force_open"  # a user opened it from the UI
+    SLOT_WAIT = "slot_wait"  # not audited: the close waits for a Spark slot, and changes nothing yet
+
+
 @dataclass(frozen=True)
 class GateChange:
     """What a close or an open does to a gate, decided from its locked row: the audit action and its detail."""
 
     allowed: bool
-    action: str
+    action: AuditAction
     detail: str | None = None
 
 
 def decide_close(before: GateState, owner: GateOwner) -> GateChange:
     """Closing is allowed if the gate is open, its lease has ended, or ``owner`` holds it (a renewal)."""
     if before.held_by(owner):
-        return GateChange(True, "reclose", "lease renewed by its owner")
+        return GateChange(True, AuditAction.RECLOSE, "lease renewed by its owner")
     if before.pauses_writers:
         until = f"{before.lease_expires_at:%Y-%m-%d %H:%M:%S.%f}"
-        return GateChange(False, "close_refused", f"held by {before.owner} until {until} UTC")
+        return GateChange(False, AuditAction.CLOSE_REFUSED, f"held by {before.owner} until {until} UTC")
     if before.state == "closed":
-        return GateChange(True, "close", f"took over the expired lease of {before.owner}")
-    return GateChange(True, "close")
+        return GateChange(True, AuditAction.CLOSE, f"took over the expired lease of {before.owner}")
+    return GateChange(True, AuditAction.CLOSE)
 
 
 def decide_open(before: GateState, owner: GateOwner) -> GateChange:
     """Opening is allowed only to the run that closed the gate, so it never opens another run's gate."""
     if before.state == "closed" and before.owner == owner:
-        return GateChange(True, "open")
+        return GateChange(True, AuditAction.OPEN)
     if before.state == "open":
-        return GateChange(False, "open_noop", "the gate is already open")
-    return GateChange(False, "open_noop", f"the gate is held by {before.owner}, not by {owner}")
+        return GateChange(False, AuditAction.OPEN_NOOP, "the gate is already open")
+    return GateChange(False, AuditAction.OPEN_NOOP, f"the gate is held by {before.owner}, not by {owner}")
 
 
 def check_lease_seconds(seconds: object, name: str = "lease_seconds") -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from airflow_iceberg.core.gate_state import GateChange, GateOwner, database_time
+from airflow_iceberg.core.gate_state import AuditAction, GateChange, GateOwner, database_time
 
 
 @dataclass(frozen=True)
@@ -64,14 +64,16 @@ def decide_admission(queue: list[SparkSlotClaim], table: str, owner: GateOwner, 
     """
     owners = [e for e in queue if e.holding]
     if any(e.table == table and e.owner == owner for e in owners):
-        return GateChange(True, "close", "holds a Spark slot already")
+        return GateChange(True, AuditAction.CLOSE, "holds a Spark slot already")
     free = slots - len(owners)
     waiters = sorted((e for e in queue if e.waiting), key=claim_order)
     place = next((i for i, e in enumerate(waiters) if e.table == table and e.owner == owner), None)
     if place is None:
         raise ValueError(f"{owner} is not in the queue of its Spark connection for {table}")
     if place < free:
-        return GateChange(True, "close", f"Spark slot {len(owners) + 1} of {slots}")
+        return GateChange(True, AuditAction.CLOSE, f"Spark slot {len(owners) + 1} of {slots}")
     held = ", ".join(e.table for e in owners) or "none"
     ahead = ", ".join(f"{e.table} (score {e.score})" for e in waiters[:place]) or "none"
-    return GateChange(False, "slot_wait", f"{len(owners)} of {slots} Spark slots taken ({held}); ahead: {ahead}")
+    return GateChange(
+        False, AuditAction.SLOT_WAIT, f"{len(owners)} of {slots} Spark slots taken ({held}); ahead: {ahead}"
+    )

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
 from airflow_iceberg.core.gate_state import database_time
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.planning.plan import Decision
 
 
 def the_row(cursor: Any) -> dict[str, Any]:
@@ -25,6 +27,17 @@ def the_row(cursor: Any) -> dict[str, Any]:
 
 
 RUN_TABLE = "iceberg_compaction_run"
+
+
+class Outcome(StrEnum):
+    """How a run ended, as its record says (``iceberg_compaction_run.outcome``)."""
+
+    RUNNING = "running"  # planned to rewrite; its last task completes the record
+    SUCCESS = "success"  # its rewrites completed
+    SKIPPED = "skipped"  # nothing needed work: no gate closed
+    FAILED = "failed"  # a task failed before the rewrites completed
+    DRY_RUN = "dry_run"  # planned only, as its Params asked
+
 
 #: The XCom key under which a task that ends its run leaves the reason (the idle wait does), for the run's record.
 FAILURE_XCOM_KEY = "failure"
@@ -47,15 +60,31 @@ _RUN_SELECT = f"""SELECT id, {", ".join(RUN_COLUMNS)}, started_at, finished_at F
 _RUN_SELECT_ONE = f"""SELECT {", ".join(RUN_COLUMNS)} FROM {RUN_TABLE}
     WHERE dag_id = %(dag_id)s AND run_id = %(run_id)s"""
 
-# The health watch's last check of each table (triggers/table_health.py): one upsert per sweep for all of them.
+# The health watch's last check of each table (triggers/health_sweep.py): one upsert per sweep for all of them.
 HEALTH_TABLE = "iceberg_health_check"
+
+
+class HealthDecision(StrEnum):
+    """What a sweep decided for a table: the ``decision`` of its ``iceberg_health_check`` row."""
+
+    HEALTHY = "healthy"
+    NEEDS_WORK = "needs_work"  # by its thresholds; the hold-back turns it into one of the next two
+    STARTED = "started"  # the watch started a run: its watcher fires
+    WAITING = "waiting"  # needs work, but a run is pending, cooling down or not yet created
+    UNREACHABLE = "unreachable"  # the catalog did not answer
+    ERROR = "error"  # the table could not be read
+
+
+#: The decisions of a table that needs work, whether a run starts now or one is under way.
+NEEDING_WORK = (HealthDecision.NEEDS_WORK, HealthDecision.STARTED, HealthDecision.WAITING)
+
 
 HEALTH_COLUMNS = ("table_name", "snapshot_id", "decision", "reason", "reading", "score", "data_files", "delete_files")
 
 _HEALTH_UPSERT = f"""INSERT INTO {HEALTH_TABLE} ({", ".join(HEALTH_COLUMNS)}, checked_at, started_at)
     VALUES ({", ".join(["%s"] * len(HEALTH_COLUMNS))}, NOW(6), IF(%s, NOW(6), NULL))
     ON DUPLICATE KEY UPDATE {", ".join(f"{c} = VALUES({c})" for c in HEALTH_COLUMNS[1:])}, checked_at = NOW(6),
-    started_at = IF(VALUES(decision) = 'started', NOW(6), started_at)"""
+    started_at = IF(VALUES(decision) = '{HealthDecision.STARTED.value}', NOW(6), started_at)"""
 
 _HEALTH_SELECT = f"SELECT {', '.join(HEALTH_COLUMNS)}, checked_at, started_at FROM {HEALTH_TABLE}"
 
@@ -68,7 +97,7 @@ _LAST_RUNS = f"""SELECT r.table_name, r.dag_id, r.run_id, r.decision, r.outcome,
 
 # How many runs of each table failed in the last %s seconds, by the database clock.
 _FAILED_RUNS = f"""SELECT table_name, COUNT(*) AS failed FROM {RUN_TABLE}
-    WHERE outcome = 'failed' AND started_at >= NOW(6) - INTERVAL %s SECOND GROUP BY table_name"""
+    WHERE outcome = '{Outcome.FAILED.value}' AND started_at >= NOW(6) - INTERVAL %s SECOND GROUP BY table_name"""
 
 
 if TYPE_CHECKING:  # a part of WriteGateHook: its log and connection are the hook's
@@ -123,8 +152,8 @@ class RunRecords(_HookPart):
             "table_name": table,
             "dag_id": dag_id,
             "run_id": run_id,
-            "decision": "none",
-            "outcome": "failed",
+            "decision": Decision.NONE,
+            "outcome": Outcome.FAILED,
             "reason": f"{task_id} failed ({type(error).__name__}); see its log",
         }
         try:
@@ -149,7 +178,10 @@ class RunRecords(_HookPart):
         if not checks:
             return
         rows = [
-            (*(str(c[k]) if k == "table_name" else c.get(k) for k in HEALTH_COLUMNS), c["decision"] == "started")
+            (
+                *(str(c[k]) if k == "table_name" else c.get(k) for k in HEALTH_COLUMNS),
+                c["decision"] == HealthDecision.STARTED,
+            )
             for c in checks
         ]
         with self._transaction() as cursor:

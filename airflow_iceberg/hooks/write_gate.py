@@ -35,6 +35,7 @@ from airflow_iceberg.core.gate_protocol import (
     owner_connection,
 )
 from airflow_iceberg.core.gate_state import (
+    AuditAction,
     GateChange,
     GateOwner,
     GateState,
@@ -304,7 +305,7 @@ class WriteGateHook(RunRecords, BaseHook):
                     "run_id": owner.run_id,
                     "lease_seconds": lease_seconds,
                     "max_pause_seconds": max_pause_seconds,
-                    "renew": change.action == "reclose",
+                    "renew": change.action == AuditAction.RECLOSE,
                 }
                 cursor.execute(OWNER_CLOSE_SQL, params)
                 cursor.execute(OWNER_RENEW_SQL, (name, owner.dag_id, owner.run_id))
@@ -357,7 +358,7 @@ class WriteGateHook(RunRecords, BaseHook):
         queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
         mine = next((e for e in queue if e.table == name), None)
         if mine is not None and mine.owner != owner and mine.waiting:
-            return GateChange(False, "slot_wait", f"another run of the same table, {mine.owner}, asked first")
+            return GateChange(False, AuditAction.SLOT_WAIT, f"another run of the same table, {mine.owner}, asked first")
         for entry in queue:
             if not (entry.waiting or entry.holding) and entry.table != name:
                 cursor.execute(_SLOT_DROP, (entry.table, entry.owner.dag_id, entry.owner.run_id))
@@ -423,7 +424,7 @@ class WriteGateHook(RunRecords, BaseHook):
                 AUDIT_INSERT_SQL,
                 (
                     name,
-                    "force_open",
+                    AuditAction.FORCE_OPEN,
                     owner and owner.dag_id,
                     owner and owner.run_id,
                     before.lease_expires_at,

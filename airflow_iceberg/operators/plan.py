@@ -19,16 +19,17 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_iceberg.core.gate_state import AuditAction
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
-from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
+from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY, Outcome
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 from airflow_iceberg.operators.run_params import overrides_from_params
 from airflow_iceberg.planning.health import HealthThresholds, read_health
-from airflow_iceberg.planning.plan import plan_table
+from airflow_iceberg.planning.plan import Decision, plan_table
 
 #: Decisions that run no rewrite, and the outcome their record gets.
-_ENDS_HERE = {"skip": "skipped"}
+_ENDS_HERE = {Decision.SKIP: Outcome.SKIPPED}
 
 
 def _load(iceberg_conn_id: str, table: TableName) -> Any:
@@ -86,7 +87,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         write_gate_conn_id: str,
         thresholds: HealthThresholds | None,
         options: Mapping[str, Any] | None = None,
-        without_health: tuple[str, str] = ("full", "health planning is off for this DAG"),
+        without_health: tuple[Decision, str] = (Decision.FULL, "health planning is off for this DAG"),
         check_task_id: str = "check_run_params",
         **kwargs: Any,
     ) -> None:
@@ -142,8 +143,8 @@ class PlanCompactionOperator(ShortCircuitOperator):
         for partition in plan.health["unhealthy"]:
             self.log.info("Needs work: %s: %s", partition["partition"], "; ".join(partition["reasons"]))
         self.log.info("Plan: %s (%s); rewrites: %s", plan.decision, plan.reason, plan.predicates or "none")
-        outcome = "dry_run" if overrides.dry_run else _ENDS_HERE.get(plan.decision, "running")
-        ti.xcom_push(key="plan", value={**plan.as_xcom(), "outcome": outcome})
+        outcome = Outcome.DRY_RUN if overrides.dry_run else _ENDS_HERE.get(plan.decision, Outcome.RUNNING)
+        ti.xcom_push(key="plan", value={**plan.as_xcom(), "outcome": outcome.value})
         owner = run_owner(context)
         WriteGateHook(self.write_gate_conn_id).record_run(
             {
@@ -159,13 +160,13 @@ class PlanCompactionOperator(ShortCircuitOperator):
                 "health_score": plan.score,
                 "outcome": outcome,
             },
-            finished=outcome != "running",
+            finished=outcome != Outcome.RUNNING,
         )
-        if outcome == "dry_run":
+        if outcome == Outcome.DRY_RUN:
             self.log.info("Dry run: the plan is in XCom under 'plan'; no gate is closed and nothing is rewritten")
-        elif outcome == "skipped":
+        elif outcome == Outcome.SKIPPED:
             self.log.info("Skipped: %s. The gate stays open and no Spark application starts.", plan.reason)
-        return outcome == "running"
+        return outcome == Outcome.RUNNING
 
 
 class RecordRunOperator(BaseOperator):
@@ -203,7 +204,7 @@ class RecordRunOperator(BaseOperator):
         plan = ti.xcom_pull(task_ids=self.plan_task_id, key="plan")
         if plan is None:
             raise RuntimeError(f"{self.plan_task_id} pushed no plan: nothing to record")
-        if plan["outcome"] != "running":  # a short-circuit skips every task after it but teardowns
+        if plan["outcome"] != Outcome.RUNNING:  # a short-circuit skips every task after it but teardowns
             raise AirflowSkipException(f"{self.plan_task_id} ended the run ({plan['outcome']}) and recorded it")
         seconds = ti.xcom_pull(task_ids=self.rewrite_task_id, key="seconds")
         partial = ti.xcom_pull(task_ids=self.rewrite_task_id, key="partial_failure")
@@ -214,8 +215,8 @@ class RecordRunOperator(BaseOperator):
             for row in gate.audit_trail(self.table)
             if (row["owner_dag_id"], row["owner_run_id"]) == (owner.dag_id, owner.run_id)
         ]
-        closed = [row["at"] for row in trail if row["action"] == "close"]
-        opened = [row["at"] for row in trail if row["action"] in ("open", "force_open")]
+        closed = [row["at"] for row in trail if row["action"] == AuditAction.CLOSE]
+        opened = [row["at"] for row in trail if row["action"] in (AuditAction.OPEN, AuditAction.FORCE_OPEN)]
         gate_seconds = (max(opened) - min(closed)).total_seconds() if closed and opened else None
         # Totals only: which files count as small does not matter here.
         health = read_health(_load(self.iceberg_conn_id, self.table), str(self.table), small_file_ratio=0.75)
@@ -228,7 +229,7 @@ class RecordRunOperator(BaseOperator):
             "bytes_after": health.data_bytes,
             "gate_closed_seconds": gate_seconds,
             "rewrite_seconds": seconds,
-            "outcome": "failed" if seconds is None else "success",
+            "outcome": Outcome.FAILED if seconds is None else Outcome.SUCCESS,
             "detail": (partial or self._what_failed(context))[:1000] if seconds is None else None,
         }
         gate.record_run(record, finished=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from airflow_iceberg.planning.health import (
@@ -59,11 +60,25 @@ def needs(procedure: str, health: PartitionHealth, reasons: list[str]) -> bool:
     return health.data_files > 0
 
 
+class Decision(StrEnum):
+    """What a run decided when it planned: the ``decision`` of its run record."""
+
+    COMPACT = "compact"  # the partitions that need work, or the whole where when health planning is off
+    SKIP = "skip"  # nothing needs work: the gate stays shut out of it
+    FORCE = "force"  # forced by the run's Params: health not consulted
+    FULL = "full"  # the daily full rewrite, whatever the health
+    NONE = "none"  # the run failed before it planned
+
+
+#: The decisions that rewrite.
+COMPACTING = (Decision.COMPACT, Decision.FORCE, Decision.FULL)
+
+
 @dataclass
 class Plan:
     """What a run does: skip (and why), or which partitions each rewrite takes, with its predicate."""
 
-    decision: str  # "compact", "skip" or "force"
+    decision: Decision
     reason: str
     predicates: dict[str, str | None]  # procedure -> where it runs with; only the procedures that run
     partitions: dict[str, list[str]]  # procedure -> partition labels it takes (all of them when not narrowed)
@@ -72,7 +87,7 @@ class Plan:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # procedure -> options the plan adds
 
     def as_xcom(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "decision": self.decision.value}
 
 
 def partition_scope(iceberg_table: Any, where: str) -> Callable[[PartitionHealth], bool] | None:
@@ -169,7 +184,7 @@ def make_plan(
     score = sum(p.small_files + p.delete_files for p, _ in unhealthy)
     if force:
         return Plan(
-            "force",
+            Decision.FORCE,
             "forced by the run's Params: health not consulted",
             dict(where),
             {p: ["(all within its where)"] for p in where},
@@ -209,10 +224,10 @@ def make_plan(
                 f"{health.small_file_bytes} bytes) and equality-delete files, or deletes over ratio "
                 f"{thresholds.max_delete_ratio:g} or {thresholds.max_delete_age_minutes:g} min old"
             )
-        return Plan("skip", reason, {}, {}, report, score)
+        return Plan(Decision.SKIP, reason, {}, {}, report, score)
     taken = sorted({label for labels in partitions.values() for label in labels})
     reason = f"{len(taken)} of {len(health.partitions)} partitions need work"
-    return Plan("compact", reason, predicates, partitions, report, score, options)
+    return Plan(Decision.COMPACT, reason, predicates, partitions, report, score, options)
 
 
 def _and(first: str | None, second: str | None) -> str | None:

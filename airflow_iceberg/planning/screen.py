@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_iceberg.planning.health import HealthThresholds, TableHealth
-from airflow_iceberg.planning.plan import Plan
+from airflow_iceberg.planning.plan import Decision, Plan
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class ManifestRead:
 
     def delete_age_due(self, thresholds: HealthThresholds, now_ms: int) -> bool:
         """Whether its oldest delete file has come of age since (the one threshold that time alone can meet)."""
-        if self.oldest_delete_ms is None or self.plan.decision == "compact":
+        if self.oldest_delete_ms is None or self.plan.decision == Decision.COMPACT:
             return False
         return (now_ms - self.oldest_delete_ms) / 60_000 >= thresholds.max_delete_age_minutes
 

@@ -19,14 +19,14 @@ from datetime import datetime
 from typing import Any
 
 from airflow_iceberg.exceptions import TablesQueryError
+from airflow_iceberg.hooks.run_records import NEEDING_WORK, HealthDecision, Outcome
 
 NEEDS = ("needs_work", "check_failed", "unknown", "healthy")
 GATES = ("closed", "open")
-OUTCOMES = ("failed", "running", "success", "skipped", "dry_run", "none")
+#: A last run's outcome to filter by, or ``none``: no run recorded.
+OUTCOMES = (*Outcome, "none")
 SORTS = ("need", "table", "gate", "last_run")
-#: Check decisions that mean the table needs work (whether a run started for it or waits).
-_NEEDING = ("needs_work", "started", "waiting")
-_CHECK_FAILED = ("error", "unreachable")
+_CHECK_FAILED = (HealthDecision.ERROR, HealthDecision.UNREACHABLE)
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,10 @@ def owner_of(gate: Any, run_url: Callable[[str, str], str]) -> dict[str, str] | 
 def need_of(check: Mapping[str, Any] | None, last_run: Mapping[str, Any] | None) -> str:
     """A table's need (see the module) from its last check, else from its last run."""
     if check is not None:
-        if check["decision"] in _NEEDING:
+        if check["decision"] in NEEDING_WORK:
             return "needs_work"
         return "check_failed" if check["decision"] in _CHECK_FAILED else "healthy"
-    if last_run is not None and last_run["outcome"] in ("skipped", "success"):
+    if last_run is not None and last_run["outcome"] in (Outcome.SKIPPED, Outcome.SUCCESS):
         return "healthy"
     return "unknown"
 

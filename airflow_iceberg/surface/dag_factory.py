@@ -34,6 +34,7 @@ from airflow_iceberg.operators.procedure import IcebergProcedureOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
 from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
+from airflow_iceberg.planning.plan import Decision
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
 from airflow_iceberg.surface.dag_files import files_built_by
@@ -146,9 +147,9 @@ def _gated_rewrites(
     )
     health = None if full or not config.health.enabled else config.health.thresholds()
     without_health = (
-        ("full", "the daily full rewrite rewrites whatever the health")
+        (Decision.FULL, "the daily full rewrite rewrites whatever the health")
         if full
-        else ("compact", "health planning is off for this table")
+        else (Decision.COMPACT, "health planning is off for this table")
     )
     plan = PlanCompactionOperator(
         task_id=PLAN_TASK_ID,

@@ -18,11 +18,9 @@ from typing import Any
 
 from airflow_iceberg.core.gate_state import GateState
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.hooks.run_records import Outcome
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-
-#: Decisions of runs that closed the gate and rewrote (the others: ``skip``, and ``none`` for runs that failed
-#: before they planned).
-COMPACTING = ("compact", "force", "full")
+from airflow_iceberg.planning.plan import COMPACTING
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,9 @@ class TableSummary:
     @property
     def last_compaction(self) -> dict[str, Any] | None:
         """The newest run that closed the gate to rewrite (whatever its outcome), or None."""
-        return next((r for r in reversed(self.runs) if r["decision"] in COMPACTING and r["outcome"] != "dry_run"), None)
+        return next(
+            (r for r in reversed(self.runs) if r["decision"] in COMPACTING and r["outcome"] != Outcome.DRY_RUN), None
+        )
 
 
 def summarize(tables: Iterable[Any], *, threads: int = 8) -> list[TableSummary]:
@@ -172,7 +172,9 @@ def render_text(summaries: list[TableSummary]) -> str:
             f"  last check       {check_line(summary.check)}",
             f"  last compaction  {run_line(summary.last_compaction) if summary.last_compaction else 'none recorded'}",
             f"  runs             {len(summary.runs)}: "
-            + ", ".join(f"{outcomes.count(o)} {o}" for o in ("success", "skipped", "failed", "dry_run")),
+            + ", ".join(
+                f"{outcomes.count(o)} {o}" for o in (Outcome.SUCCESS, Outcome.SKIPPED, Outcome.FAILED, Outcome.DRY_RUN)
+            ),
         ]
         lines += [f"  error            {error}" for error in summary.errors]
         blocks.append("\n".join(lines))

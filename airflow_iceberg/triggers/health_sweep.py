@@ -31,14 +31,14 @@ import time
 from collections.abc import AsyncIterator, Hashable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from enum import StrEnum
 from typing import Any, Protocol
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks import metrics
 from airflow_iceberg.hooks.catalogs import iceberg_catalog
+from airflow_iceberg.hooks.run_records import NEEDING_WORK, HealthDecision
 from airflow_iceberg.planning.health import HealthThresholds
-from airflow_iceberg.planning.plan import plan_table
+from airflow_iceberg.planning.plan import Decision, plan_table
 from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
 from airflow_iceberg.planning.templates import render_at
 
@@ -57,21 +57,6 @@ CLOCK_SKEW_SECONDS = 5.0
 #: The watchers subscribed to each shared stream, by table: the sweep checks each with its own settings. Filled and
 #: emptied by ``TableHealthTrigger.filter_shared_stream``, in the triggerer's one event loop.
 WATCHERS: dict[Hashable, dict[str, Watcher]] = {}
-
-
-class HealthDecision(StrEnum):
-    """What a sweep decided for a table: the ``decision`` of its ``iceberg_health_check`` row."""
-
-    HEALTHY = "healthy"
-    NEEDS_WORK = "needs_work"  # by its thresholds; the hold-back turns it into one of the next two
-    STARTED = "started"  # the watch started a run: its watcher fires
-    WAITING = "waiting"  # needs work, but a run is pending, cooling down or not yet created
-    UNREACHABLE = "unreachable"  # the catalog did not answer
-    ERROR = "error"  # the table could not be read
-
-
-#: The decisions of a table that needs work, whether a run starts now or one is under way.
-NEEDING_WORK = (HealthDecision.NEEDS_WORK, HealthDecision.STARTED, HealthDecision.WAITING)
 
 
 class Watcher(Protocol):
@@ -162,7 +147,7 @@ class CatalogSweep:
         began = time.monotonic()
         checks = await asyncio.to_thread(self.check_all, watchers)
         by_table = {w.table: w for w in watchers}
-        due = [c for c in checks if c.decision is HealthDecision.NEEDS_WORK]
+        due = [c for c in checks if c.decision == HealthDecision.NEEDS_WORK]
         if due:
             await self.hold_back(due, by_table)
         try:
@@ -193,7 +178,7 @@ class CatalogSweep:
                 "checked_at": now,
             }
             for c in checks
-            if c.decision is HealthDecision.STARTED
+            if c.decision == HealthDecision.STARTED
         }
         return {"swept_at": now, "started": started}
 
@@ -292,7 +277,7 @@ class CatalogSweep:
             memory.last_read = last_read = ManifestRead.of(health, plan)
             reading = "manifests"
         plan = last_read.plan
-        if plan.decision == "compact":
+        if plan.decision == Decision.COMPACT:
             return Check(
                 table,
                 HealthDecision.NEEDS_WORK,
