@@ -189,7 +189,7 @@ def killed_parses(airflow: LiveAirflow) -> int:
 
 
 def all_checked_since(fleet: list[TableName], since: datetime) -> bool:
-    checks = WriteGateHook().health_checks()
+    checks = WriteGateHook().records.health_checks()
     return all(str(t) in checks and checks[str(t)]["checked_at"] > since for t in fleet)
 
 

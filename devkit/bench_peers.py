@@ -430,7 +430,7 @@ def run_arm(
     if airflow is not None:
         result.cpu_s["maintenance"] = sum(airflow_cpu.values()) - sum(airflow_cpu0.values())
         result.cpu_s.update({f"airflow_{k}": airflow_cpu[k] - airflow_cpu0.get(k, 0.0) for k in airflow_cpu})
-        records = [r for r in gate.run_records(str(table)) if r["started_at"].timestamp() >= began - 60]
+        records = [r for r in gate.records.run_records(str(table)) if r["started_at"].timestamp() >= began - 60]
         result.commits = {
             "rewrite_runs": len(records),
             "rewrite_failed": sum(1 for r in records if r["outcome"] not in ("success", "skipped")),

@@ -685,7 +685,7 @@ def sensor_times_out_with_a_busy_writer(bench: FaultBench) -> Outcome:
         run = bench.run_here(prepare=prepare)
     finally:
         busy.stop()
-    records = [r for r in bench.gate.run_records(str(TABLE)) if r["run_id"] == run.run_id]
+    records = [r for r in bench.gate.records.run_records(str(TABLE)) if r["run_id"] == run.run_id]
     outcome = bench.outcome(
         "sensor time-out, busy writer",
         started,

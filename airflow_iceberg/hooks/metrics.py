@@ -32,7 +32,7 @@ RUN_GAUGES = ("data_files_before", "data_files_after", "delete_files_before", "d
 
 
 def emit_run(record: Mapping[str, Any]) -> None:
-    """Send the metrics of one finished run, from its run record (``WriteGateHook.run_records`` row)."""
+    """Send the metrics of one finished run, from its run record (a ``RunRecords.run_records`` row)."""
     try:
         from airflow.providers.common.compat.sdk import Stats
 

@@ -1,4 +1,5 @@
-"""The gate database's records of the runs and of the health watch's checks: part of :class:`WriteGateHook`.
+"""The gate database's records of the runs and of the health watch's checks: a store beside the gates
+(:attr:`WriteGateHook.records <airflow_iceberg.hooks.write_gate.WriteGateHook>`), in the same database.
 
 A record of every compaction run (``iceberg_compaction_run``: the plan writes it, the run's last task completes it)
 and each table's last health check (``iceberg_health_check``: one upsert per sweep for all tables).
@@ -6,10 +7,10 @@ and each table's last health check (``iceberg_health_check``: one upsert per swe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pymysql
 
@@ -100,17 +101,16 @@ _FAILED_RUNS = f"""SELECT table_name, COUNT(*) AS failed FROM {RUN_TABLE}
     WHERE outcome = '{Outcome.FAILED.value}' AND started_at >= NOW(6) - INTERVAL %s SECOND GROUP BY table_name"""
 
 
-if TYPE_CHECKING:  # a part of WriteGateHook: its log and connection are the hook's
-    from airflow.sdk import BaseHook as _HookPart
-else:
-    _HookPart = object
-
-
-class RunRecords(_HookPart):
+class RunRecords:
     """The run records and health checks of one gate connection; :class:`WriteGateHook` gives the transaction."""
 
-    def _transaction(self) -> AbstractContextManager[pymysql.cursors.DictCursor]:
-        raise NotImplementedError  # WriteGateHook's
+    def __init__(
+        self,
+        transaction: Callable[[], AbstractContextManager[pymysql.cursors.DictCursor]],
+        log: Any,  # the hook's logger
+    ) -> None:
+        self._transaction = transaction
+        self.log = log
 
     def record_run(self, record: Mapping[str, Any], *, finished: bool) -> None:
         """Write or complete the run record of ``record['dag_id']``/``record['run_id']``.

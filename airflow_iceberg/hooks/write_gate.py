@@ -3,7 +3,9 @@
 A DAG run closes the gate with a lease, compacts, and opens it again. Each change locks the table's row, decides by
 the gate's rules (``core/gate_state.py``: :func:`decide_close`, :func:`decide_open`; and for Spark slots
 ``core/spark_slots.py``) from the row as locked, and writes the change and its audit row in the same transaction.
-The run records and health checks kept beside the gates are ``hooks/run_records.py``. Every time comes from the
+The stores kept beside the gates, in the same database and transactions: the run records and health checks
+(``hooks/run_records.py``, :attr:`WriteGateHook.records`) and the Spark-slot queue (``hooks/spark_slots.py``,
+:attr:`WriteGateHook.spark_slots`). Every time comes from the
 database clock, the one writers compare against. Writers pause iff ``state = 'closed' AND lease_expires_at > NOW()``
 (see ``docs/write-gate-protocol.md``), so a crashed run cannot pause them past its lease.
 
@@ -12,6 +14,7 @@ The tables are defined in ``write_gate.sql`` and created or upgraded by ``airflo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -26,7 +29,6 @@ from airflow_iceberg.core.gate_protocol import (
     GATE_ENSURE_ROW_SQL,
     GATE_SELECT_ALL_SQL,
     GATE_SELECT_SQL,
-    GATE_TABLE,
     OWNER_CLOSE_SQL,
     OWNER_OPEN_SQL,
     OWNER_RENEW_SQL,
@@ -36,7 +38,6 @@ from airflow_iceberg.core.gate_protocol import (
 )
 from airflow_iceberg.core.gate_state import (
     AuditAction,
-    GateChange,
     GateOwner,
     GateState,
     WriterState,
@@ -48,7 +49,7 @@ from airflow_iceberg.core.gate_state import (
 )
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.lease import GateLease
-from airflow_iceberg.core.spark_slots import SparkSlotClaim, SparkSlotRequest, claim_order, decide_admission
+from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import (
     SparkSlotsBusyError,
@@ -58,39 +59,10 @@ from airflow_iceberg.exceptions import (
 )
 from airflow_iceberg.hooks import write_gate_schema
 from airflow_iceberg.hooks.run_records import RunRecords, the_row
+from airflow_iceberg.hooks.spark_slots import SparkSlotQueue
 
 _AUDIT_SELECT = f"""SELECT id, table_name, action, owner_dag_id, owner_run_id, at, lease_expires_at, detail
     FROM {AUDIT_TABLE} WHERE table_name = %s ORDER BY id"""
-
-# Spark slots (tables with spark_slots): at most N tables of one Spark connection have their gate closed at
-# once. A run asks from close_gate, before it pauses anyone; the Spark connection's row lock orders the askers.
-SLOT_CONN_TABLE = "iceberg_spark_conn"
-SLOT_QUEUE_TABLE = "iceberg_spark_queue"
-_SLOT_LOCK = [
-    f"INSERT INTO {SLOT_CONN_TABLE} (spark_conn_id) VALUES (%s) ON DUPLICATE KEY UPDATE spark_conn_id = spark_conn_id",
-    f"SELECT spark_conn_id FROM {SLOT_CONN_TABLE} WHERE spark_conn_id = %s FOR UPDATE",
-]
-# Every queue row of a connection, with whether its run still holds its table's gate and the database clock.
-_SLOT_QUEUE = f"""SELECT q.table_name, q.owner_dag_id, q.owner_run_id, q.score, q.queued_at, q.expires_at,
-        q.admitted_at, NOW(6) AS database_now,
-        (g.state = 'closed' AND g.lease_expires_at > NOW(6) AND g.owner_dag_id = q.owner_dag_id
-         AND g.owner_run_id = q.owner_run_id) AS holds_gate
-    FROM {SLOT_QUEUE_TABLE} q LEFT JOIN {GATE_TABLE} g ON g.table_name = q.table_name
-    WHERE q.spark_conn_id = %s"""
-# A run's place: kept while the same run asks again (its retries too), taken anew by another run.
-_SLOT_ASK = f"""INSERT INTO {SLOT_QUEUE_TABLE}
-        (table_name, spark_conn_id, owner_dag_id, owner_run_id, score, queued_at, expires_at, admitted_at)
-    VALUES (%(table)s, %(conn)s, %(dag_id)s, %(run_id)s, %(score)s, NOW(6), NOW(6) + INTERVAL %(patience)s SECOND,
-        NULL)
-    ON DUPLICATE KEY UPDATE
-        queued_at = IF(owner_dag_id = VALUES(owner_dag_id) AND owner_run_id = VALUES(owner_run_id), queued_at,
-                       VALUES(queued_at)),
-        admitted_at = IF(owner_dag_id = VALUES(owner_dag_id) AND owner_run_id = VALUES(owner_run_id), admitted_at,
-                         NULL),
-        spark_conn_id = VALUES(spark_conn_id), owner_dag_id = VALUES(owner_dag_id),
-        owner_run_id = VALUES(owner_run_id), score = VALUES(score), expires_at = VALUES(expires_at)"""
-_SLOT_ADMIT = f"UPDATE {SLOT_QUEUE_TABLE} SET admitted_at = NOW(6) WHERE table_name = %s AND admitted_at IS NULL"
-_SLOT_DROP = f"DELETE FROM {SLOT_QUEUE_TABLE} WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s"
 
 # MySQL errors that mean the tables are missing or lack a column: the schema was not migrated.
 _SCHEMA_ERRORS = {1146, 1054}
@@ -106,7 +78,7 @@ def run_owner(context: Mapping[str, Any]) -> GateOwner:
     return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
 
 
-class WriteGateHook(RunRecords, BaseHook):
+class WriteGateHook(BaseHook):
     """Close and open Iceberg write gates kept in MySQL, and read their state and audit trail.
 
     The connection is of type ``iceberg_write_gate``: host, port, login, password and, as *schema*, the MySQL
@@ -130,6 +102,16 @@ class WriteGateHook(RunRecords, BaseHook):
     def __init__(self, write_gate_conn_id: str = default_conn_name) -> None:
         super().__init__()
         self.write_gate_conn_id = write_gate_conn_id
+
+    @functools.cached_property
+    def records(self) -> RunRecords:
+        """The run records and health checks kept beside this connection's gates."""
+        return RunRecords(self._transaction, self.log)
+
+    @functools.cached_property
+    def spark_slots(self) -> SparkSlotQueue:
+        """The queue of runs for each Spark connection's slots, kept beside this connection's gates."""
+        return SparkSlotQueue(self._transaction)
 
     def connection_settings(self) -> dict[str, Any]:
         """Host, port, user, password and database of the gate's MySQL, from the connection.
@@ -290,12 +272,11 @@ class WriteGateHook(RunRecords, BaseHook):
         waiting = None
         with self._transaction() as cursor:
             if slot is not None:  # the connection's lock first, then the gate's row: every path locks in that order
-                for statement in _SLOT_LOCK:
-                    cursor.execute(statement, (slot.spark_conn_id,))
+                self.spark_slots.lock(cursor, slot.spark_conn_id)
             before = self._locked_state(cursor, name)
             change = decide_close(before, owner)
             if change.allowed and slot is not None:
-                admission = self._ask_for_slot(cursor, name, owner, slot)
+                admission = self.spark_slots.ask(cursor, name, owner, slot)
                 if not admission.allowed:
                     waiting = f"{name} waits for a Spark slot of {slot.spark_conn_id!r}: {admission.detail}"
             if waiting is None and change.allowed:
@@ -342,50 +323,6 @@ class WriteGateHook(RunRecords, BaseHook):
         state.require_held_by(owner)
         return state
 
-    @staticmethod
-    def _ask_for_slot(
-        cursor: pymysql.cursors.DictCursor, name: str, owner: GateOwner, slot: SparkSlotRequest
-    ) -> GateChange:
-        """Within close_gate's transaction, under the connection's lock: queue ``owner`` (or keep its place), drop
-        the entries of runs that stopped asking or let go of their gate, and take a slot if it is its turn.
-
-        Every run that takes a slot does so under the connection's lock, so none is missed here. The queue is
-        read without locking the gate rows it joins: an owner renewing its lease in the same instant may be
-        read as one whose lease just ended, which only an owner already at its lease's end can be (owners renew
-        a quarter lease early).
-        """
-        cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
-        queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
-        mine = next((e for e in queue if e.table == name), None)
-        if mine is not None and mine.owner != owner and mine.waiting:
-            return GateChange(False, AuditAction.SLOT_WAIT, f"another run of the same table, {mine.owner}, asked first")
-        for entry in queue:
-            if not (entry.waiting or entry.holding) and entry.table != name:
-                cursor.execute(_SLOT_DROP, (entry.table, entry.owner.dag_id, entry.owner.run_id))
-        params = {
-            "table": name,
-            "conn": slot.spark_conn_id,
-            "dag_id": owner.dag_id,
-            "run_id": owner.run_id,
-            "score": slot.score,
-            "patience": slot.patience,
-        }
-        cursor.execute(_SLOT_ASK, params)
-        cursor.execute(_SLOT_QUEUE, (slot.spark_conn_id,))
-        queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
-        admission = decide_admission(queue, name, owner, slot.slots)
-        if admission.allowed:
-            cursor.execute(_SLOT_ADMIT, (name,))
-        return admission
-
-    def spark_slot_queue(self, spark_conn_id: str) -> list[SparkSlotClaim]:
-        """The runs holding a Spark slot of ``spark_conn_id`` and those waiting for one, in the order they go."""
-        with self._transaction() as cursor:
-            cursor.execute(_SLOT_QUEUE, (spark_conn_id,))
-            queue = [SparkSlotClaim.from_row(row) for row in cursor.fetchall()]
-        live = [e for e in queue if e.holding or e.waiting]
-        return sorted(live, key=lambda e: (not e.holding, claim_order(e)))
-
     def open_gate(self, table: TableName | str, owner: GateOwner) -> tuple[bool, GateState]:
         """Open the gate of ``table`` if ``owner`` holds it; return whether it did and the state after.
 
@@ -397,7 +334,7 @@ class WriteGateHook(RunRecords, BaseHook):
             change = decide_open(before, owner)
             if change.allowed:
                 cursor.execute(OWNER_OPEN_SQL, {"table": name})
-                cursor.execute(_SLOT_DROP, (name, owner.dag_id, owner.run_id))  # its Spark slot, if it took one
+                self.spark_slots.release(cursor, name, owner)  # its Spark slot, if it took one
             cursor.execute(AUDIT_INSERT_SQL, (name, change.action, owner.dag_id, owner.run_id, None, change.detail))
             cursor.execute(GATE_SELECT_SQL, (name,))
             after = GateState.from_row(the_row(cursor))

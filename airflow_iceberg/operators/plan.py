@@ -107,7 +107,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
             raise WriteGateUnreachableError(error.args[0], f"cannot plan {self.table}: {error}") from error
         except Exception as error:
             owner = run_owner(context)
-            WriteGateHook(self.write_gate_conn_id).record_failed_run(
+            WriteGateHook(self.write_gate_conn_id).records.record_failed_run(
                 self.table, owner.dag_id, owner.run_id, self.task_id, error
             )
             raise
@@ -146,7 +146,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         outcome = Outcome.DRY_RUN if overrides.dry_run else _ENDS_HERE.get(plan.decision, Outcome.RUNNING)
         ti.xcom_push(key="plan", value={**plan.as_xcom(), "outcome": outcome.value})
         owner = run_owner(context)
-        WriteGateHook(self.write_gate_conn_id).record_run(
+        WriteGateHook(self.write_gate_conn_id).records.record_run(
             {
                 "table_name": self.table,
                 "dag_id": owner.dag_id,
@@ -232,7 +232,7 @@ class RecordRunOperator(BaseOperator):
             "outcome": Outcome.FAILED if seconds is None else Outcome.SUCCESS,
             "detail": (partial or self._what_failed(context))[:1000] if seconds is None else None,
         }
-        gate.record_run(record, finished=True)
+        gate.records.record_run(record, finished=True)
         self.log.info("Run record of %s: %s", self.table, record)
         return {**record, "table_name": str(self.table)}
 

@@ -216,7 +216,7 @@ class CheckRunParamsOperator(BaseOperator):
                 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 
                 owner = run_owner(context)
-                WriteGateHook(self.write_gate_conn_id).record_failed_run(
+                WriteGateHook(self.write_gate_conn_id).records.record_failed_run(
                     self.table, owner.dag_id, owner.run_id, self.task_id, error
                 )
             raise

@@ -185,9 +185,9 @@ def build_app() -> Any:
         rows = []
         for conn_id, configs in by_conn.items():  # four queries per gate connection, however many tables
             hook = WriteGateHook(conn_id)
-            gates, checks = hook.gate_states(), hook.health_checks()
-            last_runs = hook.last_runs([c.table for c in configs])
-            failed = hook.failed_runs(FAILED_WINDOW_SECONDS)
+            gates, checks = hook.gate_states(), hook.records.health_checks()
+            last_runs = hook.records.last_runs([c.table for c in configs])
+            failed = hook.records.failed_runs(FAILED_WINDOW_SECONDS)
             for config in configs:
                 name = str(config.table)
                 rows.append(

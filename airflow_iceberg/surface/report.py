@@ -2,7 +2,7 @@
 
 :func:`summarize` reads, for every table of the table list, the gate row (``WriteGateHook.get_state``), the
 table's health from Iceberg metadata (``health.read_health``, no Spark), and the run records
-(``WriteGateHook.run_records``). :func:`render_text` prints that as ``airflow-iceberg report`` does;
+(``WriteGateHook.records``). :func:`render_text` prints that as ``airflow-iceberg report`` does;
 :func:`write_html` writes a static page with the history as PNG charts (matplotlib), for people who do not open
 the Airflow UI.
 """
@@ -73,8 +73,8 @@ def _summarize(config: Any) -> TableSummary:
     gate = runs = health = check = None
     try:
         gate = gate_hook.get_state(table)
-        runs = gate_hook.run_records(table)
-        check = gate_hook.health_checks(table).get(str(table))
+        runs = gate_hook.records.run_records(table)
+        check = gate_hook.records.health_checks(table).get(str(table))
     except Exception as error:
         errors.append(f"gate: {type(error).__name__}: {error}")
     try:

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks import metrics
 from airflow_iceberg.hooks.catalogs import iceberg_catalog
-from airflow_iceberg.hooks.run_records import NEEDING_WORK, HealthDecision
+from airflow_iceberg.hooks.run_records import NEEDING_WORK, HealthDecision, RunRecords
 from airflow_iceberg.planning.health import HealthThresholds
 from airflow_iceberg.planning.plan import Decision, plan_table
 from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts, screen
@@ -151,7 +151,7 @@ class CatalogSweep:
         if due:
             await self.hold_back(due, by_table)
         try:
-            await asyncio.to_thread(self._gate().record_health_checks, [c.row() for c in checks])
+            await asyncio.to_thread(self._records().record_health_checks, [c.row() for c in checks])
         except Exception as error:
             self.log.warning("Could not record the health checks in %r: %s", self.write_gate_conn_id, _say(error))
         counts: dict[str, int] = {}
@@ -313,7 +313,7 @@ class CatalogSweep:
     async def hold_back(self, due: list[Check], watchers: Mapping[str, Watcher]) -> None:
         """Turn each ``needs_work`` check into ``started`` or, with the reason, ``waiting``."""
         try:
-            runs = await asyncio.to_thread(self._gate().last_runs, [c.table for c in due])
+            runs = await asyncio.to_thread(self._records().last_runs, [c.table for c in due])
         except Exception as error:
             for check in due:
                 check.decision = HealthDecision.WAITING
@@ -372,10 +372,11 @@ class CatalogSweep:
             else:
                 check.reason = f"{check.reason}; waits: the table changed while this sweep ran; the next one decides"
 
-    def _gate(self) -> Any:
+    def _records(self) -> RunRecords:
+        """The run records and health checks of the gate connection."""
         from airflow_iceberg.hooks.write_gate import WriteGateHook
 
-        return WriteGateHook(self.write_gate_conn_id)
+        return WriteGateHook(self.write_gate_conn_id).records
 
 
 def _began_since(last: Mapping[str, Any] | None, asked_at: datetime | None) -> bool:

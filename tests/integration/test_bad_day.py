@@ -110,7 +110,7 @@ def runs(live_airflow, table: TableName) -> list[tuple[str, str]]:
 
 
 def checks(gate_conn_id: str, tables: list[TableName]) -> dict[str, dict]:
-    found = WriteGateHook(gate_conn_id).health_checks()
+    found = WriteGateHook(gate_conn_id).records.health_checks()
     return {str(t): found[str(t)] for t in tables if str(t) in found}
 
 
@@ -408,7 +408,7 @@ def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler
     assert most <= BURST_SLOTS
     assert queue.passed_over(opened) == []
     assert sorted(queue.admitted) == sorted(per_table)  # each admitted, through the queue
-    assert hook.spark_slot_queue(BURST_SPARK) == []  # the queue drained
+    assert hook.spark_slots.queue(BURST_SPARK) == []  # the queue drained
     assert {t: s.state for t, s in hook.gate_states().items() if t in per_table and s.state != "open"} == {}
     stats = [TableStats.read("lake", t) for t in tables]
     assert [(s.data_files, s.rows) for s in stats] == [(1, 3 * appends[str(t)]) for t in tables]

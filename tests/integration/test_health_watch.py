@@ -60,7 +60,7 @@ def runs(live_airflow, table: TableName) -> list[tuple[str, str, str]]:
 
 
 def checks(tables: list[TableName]) -> dict[str, dict]:
-    found = WriteGateHook("write_gate_default").health_checks()
+    found = WriteGateHook("write_gate_default").records.health_checks()
     return {str(t): found[str(t)] for t in tables if str(t) in found}
 
 

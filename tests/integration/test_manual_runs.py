@@ -60,7 +60,7 @@ def test_a_dry_run_reports_the_plan_and_changes_neither_table_nor_gate(table, co
     assert plan["partitions"] == {"rewrite_data_files": ["(unpartitioned)"]}  # no deletes: nothing for the other
     assert plan["health"]["data_files"] == 6 and plan["health"]["bytes"] > 0
     assert plan["health"]["unhealthy"][0]["small_files"] == 6
-    [record] = WriteGateHook().run_records(table)
+    [record] = WriteGateHook().records.run_records(table)
     assert (record["outcome"], record["data_files_before"], record["data_files_after"]) == ("dry_run", 6, None)
     assert snapshot_id(table) == before
     gate_after = WriteGateHook().get_state(table)
@@ -99,7 +99,7 @@ def test_a_predicate_spark_would_refuse_fails_check_run_params_before_the_gate(
     assert message in log and (repr(predicate) in log or name == "empty"), log[-3000:]
     assert WriteGateHook().audit_trail(table) == []  # no close was even attempted
     assert snapshot_id(table) == before
-    [record] = WriteGateHook().run_records(table)  # never planned, yet recorded
+    [record] = WriteGateHook().records.run_records(table)  # never planned, yet recorded
     assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
     assert record["reason"] == "check_run_params failed (RunParamsError); see its log"
     assert predicate not in str(record) or name == "empty"  # the predicate stays in the task's log

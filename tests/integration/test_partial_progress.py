@@ -137,7 +137,7 @@ def test_a_rewrite_whose_commit_groups_fail_fails_its_run_and_says_so_in_result_
     )
 
     # The run record: failed, with that sentence as its detail.
-    record = gate_hook.run_records(table)[-1]
+    record = gate_hook.records.run_records(table)[-1]
     assert (record["run_id"], record["outcome"], record["detail"]) == (run.run_id, "failed", failure)
 
     # The partitions the rewrite did commit hold one file each; the dropped ones are gone, nothing else changed.

@@ -79,7 +79,7 @@ def test_a_healthy_table_is_left_alone_no_gate_no_spark_and_the_record_says_why(
     assert spark_submits == []
     plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
     assert plan["decision"] == "skip" and plan["reason"].startswith("no partition needs work")
-    [record] = WriteGateHook().run_records(table)
+    [record] = WriteGateHook().records.run_records(table)
     assert (record["decision"], record["outcome"], record["run_id"]) == ("skip", "skipped", run.run_id)
     assert record["reason"] == plan["reason"] and record["finished_at"] is not None
     assert (record["data_files_before"], record["delete_files_before"]) == (2, 0)
@@ -96,7 +96,7 @@ def test_a_run_that_fails_before_planning_is_recorded_as_failed_and_never_closes
     assert run.get_task_instance("check_run_params").state == "failed"  # it reads the table's schema
     assert WriteGateHook().audit_trail(table) == []
     assert spark_submits == []
-    [record] = WriteGateHook().run_records(table)
+    [record] = WriteGateHook().records.run_records(table)
     assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
     assert record["reason"] == "check_run_params failed (LookupError); see its log"
     assert record["finished_at"] is not None
@@ -169,7 +169,7 @@ def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compa
     assert rows(table) == rows_before
     trail = WriteGateHook().audit_trail(table)
     assert [row["action"] for row in trail] == ["close", "open"]
-    [record] = WriteGateHook().run_records(table)
+    [record] = WriteGateHook().records.run_records(table)
     assert (record["decision"], record["outcome"]) == ("compact", "success")
     assert record["partitions"] and all(f"dt={d}" in record["partitions"] for d in unhealthy)
     assert not any(f"dt={d}" in record["partitions"] for d in healthy)

@@ -42,7 +42,7 @@ def test_the_report_says_what_the_run_records_and_the_table_say(table, compactio
     skipped = dag.test()  # one file left: healthy
     assert (compacted.state, skipped.state) == ("success", "success")
     hook = WriteGateHook()
-    first, second = hook.run_records(table)
+    first, second = hook.records.run_records(table)
     assert (first["outcome"], second["outcome"]) == ("success", "skipped")
     owner = GateOwner("someone_elses_dag", "manual__now")
     hook.close_gate(table, owner, lease_seconds=300)

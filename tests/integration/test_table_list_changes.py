@@ -97,7 +97,7 @@ def _watchers(live_airflow, table: TableName) -> int:
 
 
 def _checked_at(table: TableName) -> datetime | None:
-    check = WriteGateHook("write_gate_default").health_checks().get(str(table))
+    check = WriteGateHook("write_gate_default").records.health_checks().get(str(table))
     return check["checked_at"] if check else None
 
 

@@ -99,7 +99,7 @@ def test_the_page_shows_the_gate_health_and_history_and_forces_a_stuck_gate_open
     browser, live_airflow, compacted_table, gate_hook
 ):
     table = str(compacted_table)
-    records = gate_hook.run_records(table)
+    records = gate_hook.records.run_records(table)
     assert [(r["decision"], r["outcome"]) for r in records] == [
         ("compact", "success"),
         ("force", "success"),
@@ -258,7 +258,7 @@ def test_each_finished_run_sends_its_record_to_airflows_metrics_tagged_by_table(
     live_airflow, compacted_table, gate_hook, statsd
 ):
     table = str(compacted_table)
-    records = gate_hook.run_records(table)  # compacted, forced, skipped
+    records = gate_hook.records.run_records(table)  # compacted, forced, skipped
     finished = live_airflow.wait_for(
         "a finished-run metric of each run",
         lambda: (got := statsd.sent("iceberg.run.finished", "c", table=table)) and len(got) >= len(records) and got,

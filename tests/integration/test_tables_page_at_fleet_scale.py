@@ -75,11 +75,11 @@ def fleet_airflow(tmp_path_factory, integration_stack):
     owners = [GateOwner(compaction_dag_id(TABLES[n]), f"manual__held_{n}") for n in CLOSED]
     try:
         airflow.start()
-        gate_hook.record_health_checks(checks)
+        gate_hook.records.record_health_checks(checks)
         for n, owner in zip(CLOSED, owners, strict=True):
             gate_hook.close_gate(TABLES[n], owner, lease_seconds=3600)
         for i, n in enumerate(FAILED_TODAY + FAILED_LONG_AGO):
-            gate_hook.record_failed_run(
+            gate_hook.records.record_failed_run(
                 TABLES[n], compaction_dag_id(TABLES[n]), f"manual__failed_{i}", "plan_compaction", RuntimeError("down")
             )
         with gate_hook.get_conn() as db, db.cursor() as cursor:  # one failure is older than the summary's 24 hours

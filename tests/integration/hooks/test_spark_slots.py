@@ -50,7 +50,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
             ask(table, score)
         # Waiting for a slot pauses no writer and is no gate change: the audit trail stays empty.
         assert not writer_paused(gate_hook, table) and gate_hook.audit_trail(table) == []
-    queue = gate_hook.spark_slot_queue(conn)
+    queue = gate_hook.spark_slots.queue(conn)
     assert [(e.table, e.holding, e.waiting) for e in queue] == [(t1, True, False), (t3, False, True), (t2, False, True)]
 
     gate_hook.open_gate(t1, owner(t1))  # frees the slot; t2 asked before t3 did, but t3 is in worse health
@@ -60,7 +60,7 @@ def test_one_slot_pauses_one_table_at_a_time_and_the_worst_table_goes_next(gate_
     assert not writer_paused(gate_hook, t2)
     gate_hook.open_gate(t3, owner(t3))
     assert ask(t2, 5).pauses_writers
-    assert [(e.table, e.holding) for e in gate_hook.spark_slot_queue(conn)] == [(t2, True)]
+    assert [(e.table, e.holding) for e in gate_hook.spark_slots.queue(conn)] == [(t2, True)]
 
 
 def test_a_dead_owners_slot_frees_when_its_lease_ends_and_a_waiter_that_stops_asking_loses_its_place(gate_hook, fleet):
@@ -71,7 +71,7 @@ def test_a_dead_owners_slot_frees_when_its_lease_ends_and_a_waiter_that_stops_as
     with pytest.raises(SparkSlotsBusyError, match=f"ahead: {t2}"):
         gate_hook.close_gate(t3, owner(t3), 600, 600, SparkSlotRequest(conn, 1, 1, patience=60))
 
-    wait_until(lambda: [e.table for e in gate_hook.spark_slot_queue(conn)] == [t3], what="only t3 left in the queue")
+    wait_until(lambda: [e.table for e in gate_hook.spark_slots.queue(conn)] == [t3], what="only t3 left in the queue")
     assert gate_hook.close_gate(t3, owner(t3), 600, 600, SparkSlotRequest(conn, 1, 1, patience=60)).pauses_writers
     assert not writer_paused(gate_hook, t1) and not writer_paused(gate_hook, t2)
 
@@ -109,8 +109,8 @@ def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_whe
     result: dict = {}
     closing = threading.Thread(target=lambda: result.update(task.execute(context)))
     closing.start()
-    wait_until(lambda: [e.table for e in gate_hook.spark_slot_queue(conn)] == [t1, t2], what="t2 waiting for a slot")
-    assert [(e.table, e.score) for e in gate_hook.spark_slot_queue(conn)][1] == (t2, 7)  # its plan's health score
+    wait_until(lambda: [e.table for e in gate_hook.spark_slots.queue(conn)] == [t1, t2], what="t2 waiting for a slot")
+    assert [(e.table, e.score) for e in gate_hook.spark_slots.queue(conn)][1] == (t2, 7)  # its plan's health score
     assert closing.is_alive() and not writer_paused(gate_hook, t2)
 
     _, opened = gate_hook.open_gate(t1, owner(t1))
@@ -177,7 +177,7 @@ def test_a_deferrable_close_task_waits_for_its_slot_in_the_triggerer_and_closes_
         task.execute(context_of(t2))  # one look in the worker, then the worker is free
     trigger = deferred.value.trigger
     assert isinstance(trigger, CloseGateTrigger) and deferred.value.method_name == "execute_complete"
-    assert [e.table for e in gate_hook.spark_slot_queue(conn)] == [t1, t2] and not writer_paused(gate_hook, t2)
+    assert [e.table for e in gate_hook.spark_slots.queue(conn)] == [t1, t2] and not writer_paused(gate_hook, t2)
 
     event: dict = {}
     waiting = threading.Thread(target=lambda: event.update(first_event(trigger)))

@@ -113,6 +113,7 @@ def client(monkeypatch, tmp_path):
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from airflow_iceberg.hooks.run_records import RunRecords
     from airflow_iceberg.hooks.write_gate import WriteGateHook
     from airflow_iceberg.plugins import tables_page
     from airflow_iceberg.surface import report
@@ -149,9 +150,9 @@ def client(monkeypatch, tmp_path):
             "started_at": None,
         }
     }
-    monkeypatch.setattr(WriteGateHook, "health_checks", lambda self, table=None: checks)
-    monkeypatch.setattr(WriteGateHook, "last_runs", lambda self, tables: {TABLE: RUNS[-1] | {"table_name": TABLE}})
-    monkeypatch.setattr(WriteGateHook, "failed_runs", lambda self, seconds: {TABLE: 1})
+    monkeypatch.setattr(RunRecords, "health_checks", lambda self, table=None: checks)
+    monkeypatch.setattr(RunRecords, "last_runs", lambda self, tables: {TABLE: RUNS[-1] | {"table_name": TABLE}})
+    monkeypatch.setattr(RunRecords, "failed_runs", lambda self, seconds: {TABLE: 1})
 
     def force_open(self, table, reason):
         state["forced"].append((str(table), reason))

@@ -43,7 +43,7 @@ def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_ba
     monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
     runs = _Runs()
     sweep = CatalogSweep("lake", "write_gate_default", 60)
-    monkeypatch.setattr(sweep, "_gate", lambda: runs)
+    monkeypatch.setattr(sweep, "_records", lambda: runs)
     unchanged(monkeypatch, sweep)
     watcher = trigger(cooldown_minutes=1)
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
@@ -85,7 +85,7 @@ def test_a_run_that_never_appears_holds_the_table_back_no_longer_than_run_appear
     now = {"t": 1000.0}
     monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
     sweep = CatalogSweep("lake", "write_gate_default", 60)
-    monkeypatch.setattr(sweep, "_gate", lambda: _Runs())
+    monkeypatch.setattr(sweep, "_records", lambda: _Runs())
     unchanged(monkeypatch, sweep)
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
     watcher = trigger(cooldown_minutes=1)
@@ -124,7 +124,7 @@ def test_a_table_that_changed_while_a_long_sweep_ran_waits_for_the_next_sweep(mo
         "seconds_ago": 75.0,  # ended after the sweep read the table, a cool-down before its turn
     }
     sweep = CatalogSweep("lake", "write_gate_default", 60)
-    monkeypatch.setattr(sweep, "_gate", lambda: runs)
+    monkeypatch.setattr(sweep, "_records", lambda: runs)
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t/00007.metadata.json", facts=None)
     now_at = {"lake.db.t": "s3://t/00008.metadata.json"}  # the run's rewrite committed
     monkeypatch.setattr(sweep, "list_locations", lambda tables: (now_at, {}))
@@ -156,7 +156,7 @@ def test_a_catalog_that_does_not_answer_the_second_look_starts_nothing(monkeypat
 
     monkeypatch.setattr(health_sweep, "_pending_runs", no_runs)
     sweep = CatalogSweep("lake", "write_gate_default", 60)
-    monkeypatch.setattr(sweep, "_gate", lambda: _Runs())
+    monkeypatch.setattr(sweep, "_records", lambda: _Runs())
     monkeypatch.setattr(sweep, "list_locations", down)
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
 
