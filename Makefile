@@ -16,6 +16,8 @@
 #             slots, the triggerer and the scheduler SIGKILLed in the middle (about two and a half hours)
 # make unit   the fast tests only (no servers), Java and Python
 # make lint   ruff, mypy, and the package's layers (lint-imports: the contracts in pyproject.toml's tool.importlinter)
+# make layers  the import arrows between the package's parts, one per line (import-linter drawgraph), then the
+#             layers contract that holds them to run downward
 # make docs   refresh the generated blocks in docs/ (gate schema, protocol SQL, table-list settings), then build
 #             the docs site with --strict into build/site (make site: the build alone, which make test runs)
 # make java-test  the Flink module's JUnit tests, `mvn verify` on flink/pom.xml once per Flink line of the matrix
@@ -29,7 +31,7 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup setup-stacks demo test test-stacks unit java-test lint bench bench-parse bench-fleet bench-peers faults bad-day docs site \
+.PHONY: setup setup-stacks demo test test-stacks unit java-test lint layers bench bench-parse bench-fleet bench-peers faults bad-day docs site \
 	clean
 
 setup:
@@ -73,6 +75,10 @@ lint: setup
 	@.venv/airflow/bin/ruff check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/ruff format --check airflow_iceberg spark_jobs devkit dags tests scripts
 	@.venv/airflow/bin/mypy airflow_iceberg spark_jobs
+	@.venv/airflow/bin/lint-imports --no-cache --no-logo
+
+layers: setup
+	@.venv/airflow/bin/import-linter drawgraph airflow_iceberg | sed -n 's/^ *"\.\([a-z_]*\)" *-> *"\.\([a-z_]*\)".*/\1 -> \2/p'
 	@.venv/airflow/bin/lint-imports --no-cache --no-logo
 
 unit: setup-stacks java-test
