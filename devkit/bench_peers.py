@@ -521,7 +521,7 @@ PAUSE_TASKS = ("close_gate", "wait_until_snapshot_idle", REWRITE_TASK_ID, "open_
 
 def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float]:
     """Where the pauses went, from Airflow's task instances of each run that rewrote: the median seconds the
-    writers took to go quiet (the sensor), the Spark application took (``rewrite_files``, spark-submit's JVM
+    writers took to go idle (the sensor), the Spark application took (``rewrite_files``, spark-submit's JVM
     start-up included), and Airflow took between the gate's tasks (scheduling and each task's start-up)."""
     rows = airflow.query(
         "SELECT run_id, task_id, start_date, end_date FROM task_instance WHERE dag_id = %s AND task_id = ANY(%s) "
@@ -534,16 +534,16 @@ def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float
     for run_id, task_id, start, end in rows:
         if start is not None and end is not None:
             runs.setdefault(run_id, {})[task_id] = (start.timestamp(), end.timestamp())
-    split: dict[str, list[float]] = {"quiet": [], "spark": [], "between_tasks": [], "gate_tasks": []}
+    split: dict[str, list[float]] = {"idle": [], "spark": [], "between_tasks": [], "gate_tasks": []}
     for tasks in runs.values():
         if set(tasks) != set(PAUSE_TASKS):
             continue  # a run that planned nothing, or did not get as far
         spans = [tasks[t] for t in PAUSE_TASKS]
-        split["quiet"].append(spans[1][1] - spans[1][0])
+        split["idle"].append(spans[1][1] - spans[1][0])
         split["spark"].append(spans[2][1] - spans[2][0])
         split["gate_tasks"].append((spans[0][1] - spans[0][0]) + (spans[3][1] - spans[3][0]))
         split["between_tasks"].append(sum(later[0] - earlier[1] for earlier, later in itertools.pairwise(spans)))
-    return {k: statistics.median(v) for k, v in split.items() if v} | {"runs": len(split["quiet"])}
+    return {k: statistics.median(v) for k, v in split.items() if v} | {"runs": len(split["idle"])}
 
 
 def pause_when_no_run_pending(airflow: Any, table: TableName, timeout: float = 600) -> None:
@@ -655,8 +655,8 @@ def report_runs(results: list[ArmResult], load: Load) -> None:
     if ours is not None and ours.pause_split_s.get("runs"):
         split = ours.pause_split_s
         print(
-            f"- airflow-iceberg's pauses, medians of {split['runs']:.0f} rewriting runs: writers quiet "
-            f"{split['quiet']:.1f} s, Spark application {split['spark']:.1f} s, close_gate and open_gate "
+            f"- airflow-iceberg's pauses, medians of {split['runs']:.0f} rewriting runs: writers idle "
+            f"{split['idle']:.1f} s, Spark application {split['spark']:.1f} s, close_gate and open_gate "
             f"{split['gate_tasks']:.1f} s, Airflow between those tasks {split['between_tasks']:.1f} s"
         )
 

@@ -63,7 +63,8 @@ BUSY_SECONDS = 3 * REGISTER_EVERY_SECONDS
 #: A writer whose write runs longer than a look at the gate (a batch ``DELETE``, a ``MERGE`` in ``foreachBatch``)
 #: says so before it starts, and every :data:`REGISTER_EVERY_SECONDS` while the write lasts (parameters: table,
 #: writer id, seconds, seconds). A compaction whose gate closes meanwhile waits for that writer's acknowledgement,
-#: which comes after the write commits, and not only for a quiet table: a write under way commits nothing yet.
+#: which comes after the write commits, and not only for a table with no new commit: a write under way commits
+#: nothing yet.
 WRITER_BUSY_SQL = f"""INSERT INTO {WRITER_TABLE} (table_name, writer_id, seen_at, busy_until)
 VALUES (%s, %s, NOW(6), NOW(6) + INTERVAL %s SECOND)
 ON DUPLICATE KEY UPDATE seen_at = NOW(6), busy_until = NOW(6) + INTERVAL %s SECOND"""

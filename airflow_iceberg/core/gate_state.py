@@ -142,7 +142,7 @@ class GateState:
 
     def writers_busy(self) -> tuple[WriterState, ...]:
         """The writers waited for whose write is under way (their mark not yet ended) and who have not acknowledged
-        this closing: the table may look quiet, but each is about to commit."""
+        this closing: the table may look idle, but each is about to commit."""
         return tuple(
             w
             for w in self.writers_to_wait_for()

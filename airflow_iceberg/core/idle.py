@@ -1,4 +1,4 @@
-"""The idle rule: have a gated table's writers gone quiet, or acknowledged, while a run holds its gate?
+"""The idle rule: have a gated table's writers gone idle, or acknowledged, while a run holds its gate?
 
 On values alone (the gate's state, the table's newest snapshot), so that the sensor, its trigger and the tests
 decide alike; :mod:`airflow_iceberg.triggers.snapshot_idle` reads those values from MySQL and the catalog.
@@ -42,7 +42,7 @@ class IdleCheck:
     """One look at the gate and the table's snapshots, and what it decided."""
 
     done: bool
-    quiet_seconds: float
+    idle_for_seconds: float
     idle_seconds: int
     gate_closed_at: datetime
     newest_snapshot_id: int | None
@@ -54,7 +54,8 @@ class IdleCheck:
     #: The writers waited for (seen within a lease of the closing), and those that acknowledged it.
     writers: tuple[str, ...] = ()
     writers_acknowledged: tuple[str, ...] = ()
-    #: The writers waited for whose write was under way, unacknowledged: a quiet table is not idle while one is.
+    #: The writers waited for whose write was under way, unacknowledged: a table with no new commit is not idle
+    #: while one is.
     writers_busy: tuple[str, ...] = ()
 
     def as_xcom(self) -> dict[str, Any]:
@@ -63,7 +64,7 @@ class IdleCheck:
             "writers": list(self.writers),
             "writers_acknowledged": list(self.writers_acknowledged),
             "writers_busy": list(self.writers_busy),
-            "quiet_seconds": round(self.quiet_seconds, 3),
+            "idle_for_seconds": round(self.idle_for_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
             "newest_snapshot_id": self.newest_snapshot_id,
@@ -73,7 +74,7 @@ class IdleCheck:
 
 
 def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str) -> str:
-    """Why the writers of ``table`` had not gone quiet, from the last look that finished (``check``), and what to
+    """Why the writers of ``table`` had not gone idle, from the last look that finished (``check``), and what to
     do: for the message of a wait that ran out of time."""
     if check is None:
         return (
@@ -98,12 +99,12 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
     if check.writers_busy:
         return (
             f"writers {list(check.writers_busy)} of {table} were still in the middle of a write (a batch statement "
-            f"or a MERGE that had not committed) when the wait ran out, {check.quiet_seconds:.0f} s after the "
+            f"or a MERGE that had not committed) when the wait ran out, {check.idle_for_seconds:.0f} s after the "
             f"table's last commit ({waited_for}). Each acknowledges the pause once its write commits: give the wait "
             "more time (half of the table's max_pause_seconds), or run such writes between compactions"
         )
     return (
-        f"{table} was quiet for {check.quiet_seconds:.0f} s of the {check.idle_seconds} s required, and "
+        f"{table} was idle for {check.idle_for_seconds:.0f} s of the {check.idle_seconds} s required, and "
         f"{'writers ' + str(missing) + ' did not acknowledge the pause' if missing else 'no writer acknowledged it'}"
         f" ({waited_for}). Give the wait more time (half of the table's max_pause_seconds), or a shorter "
         "idle_seconds"
@@ -124,8 +125,8 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     """
     gate.require_held_by(owner)
     assert gate.closed_at is not None  # a held gate has a close time
-    quiet_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
-    quiet_seconds = (gate.database_now - quiet_since).total_seconds()
+    idle_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
+    idle_for_seconds = (gate.database_now - idle_since).total_seconds()
     newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
     expected = gate.writers_to_wait_for()
     acknowledging = tuple(w for w in expected if gate.acknowledged_by(w))
@@ -139,9 +140,9 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
         writers=tuple(w.writer_id for w in expected),
         writers_acknowledged=tuple(w.writer_id for w in acknowledging),
         writers_busy=tuple(w.writer_id for w in busy),
-        done=acknowledged or (quiet_seconds >= idle_seconds and not busy),
+        done=acknowledged or (idle_for_seconds >= idle_seconds and not busy),
         acknowledged=acknowledged,
-        quiet_seconds=quiet_seconds,
+        idle_for_seconds=idle_for_seconds,
         idle_seconds=idle_seconds,
         gate_closed_at=gate.closed_at,
         newest_snapshot_id=newest_id,

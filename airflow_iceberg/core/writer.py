@@ -276,7 +276,7 @@ class WriteGateClient:
         This writer says it is writing (:data:`WRITER_BUSY_SQL`), then waits while the gate is closed (as
         :meth:`wait_until_open`, acknowledging with ``last_snapshot_id()``), then runs the block, renewing its mark
         every :data:`REGISTER_EVERY_SECONDS` from a thread and connection of its own. A compaction whose gate closes
-        meanwhile waits for this writer's acknowledgement, however quiet the table looks. When the block ends,
+        meanwhile waits for this writer's acknowledgement, however idle the table looks. When the block ends,
         committed or failed, the mark ends, and if the gate has closed meanwhile the pause is acknowledged at once
         with ``last_snapshot_id()``, the write's own commit; the next write waits for the gate to open.
 

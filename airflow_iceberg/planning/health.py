@@ -36,7 +36,7 @@ class HealthThresholds:
     - ``max_delete_ratio`` (0.1): delete records over a tenth of the partition's data records trigger one;
       Amoro's ``self-optimizing.major.trigger.duplicate-ratio``.
     - ``max_delete_age_minutes`` (60): any delete file older than this triggers one, so deletes never pile up
-      on a quiet partition; Amoro's ``self-optimizing.minor.trigger.interval`` (one hour).
+      on a partition that gets no more writes; Amoro's ``self-optimizing.minor.trigger.interval`` (one hour).
     - ``max_equality_delete_files`` and ``max_equality_delete_records`` (unset): this many equality-delete files,
       or records in them, trigger one; Flink ``TableMaintenance``'s ``eqDeleteFileCount`` and
       ``eqDeleteRecordCount``, which are unset by default there too.

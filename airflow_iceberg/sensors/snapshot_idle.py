@@ -1,4 +1,4 @@
-"""Sensor that waits until a gated table's streaming writer has gone quiet."""
+"""Sensor that waits until a gated table's streaming writer has gone idle."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_sn
 LOOK_FLOOR_SECONDS = 10.0
 
 
-class WritersNotQuiet(AirflowSensorTimeout):
-    """The idle wait ran out of time; the message says why the writers had not gone quiet, and what to do."""
+class WritersNotIdle(AirflowSensorTimeout):
+    """The idle wait ran out of time; the message says why the writers had not gone idle, and what to do."""
 
 
 class SnapshotIdleSensor(BaseSensorOperator):
@@ -39,10 +39,10 @@ class SnapshotIdleSensor(BaseSensorOperator):
     look renews the run's lease on the gate, so the lease can be short; the look fails at once if this run no
     longer holds the gate, since the writer may then be committing, without retries (a retry would not get the gate
     back). No look outlasts the sensor's ``timeout`` by more than ``LOOK_FLOOR_SECONDS``, the least time each look
-    gets, so that the wait's last try, which meets the timeout, still sees why the writers were not quiet.
+    gets, so that the wait's last try, which meets the timeout, still sees why the writers were not idle.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
-    :param idle_seconds: How long the table must have been quiet.
+    :param idle_seconds: How long the table must have been idle.
     :param iceberg_conn_id: Iceberg connection for the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     :param deferrable: Wait in the triggerer instead of a worker slot (default: Airflow's
@@ -85,9 +85,9 @@ class SnapshotIdleSensor(BaseSensorOperator):
     def poke(self, context: Context) -> PokeReturnValue:
         check = self._last_check = self._bounded_check(context)
         self.log.info(
-            "%s quiet for %.1f s of %d s; writers acknowledged: %s of %s; writing: %s",
+            "%s idle for %.1f s of %d s; writers acknowledged: %s of %s; writing: %s",
             self.table,
-            check.quiet_seconds,
+            check.idle_for_seconds,
             self.idle_seconds,
             list(check.writers_acknowledged),
             list(check.writers),
@@ -120,13 +120,13 @@ class SnapshotIdleSensor(BaseSensorOperator):
             raise outcome["error"]
         return outcome["check"]
 
-    def _timed_out(self, why: str | None = None, look_seconds: float | None = None) -> WritersNotQuiet:
+    def _timed_out(self, why: str | None = None, look_seconds: float | None = None) -> WritersNotIdle:
         """The timeout, with its cause (``why``; else as the last finished look saw it, or as the look still running
         after ``look_seconds`` says it), and what to do."""
         running = f", with a look still running after {look_seconds:.0f} s" if look_seconds is not None else ""
         why = why or why_not_idle(self._last_check, self.table, self.write_gate_conn_id)
-        return WritersNotQuiet(
-            f"the writers of {self.table} had not gone quiet when the sensor's timeout of {self.timeout:g} s ran "
+        return WritersNotIdle(
+            f"the writers of {self.table} had not gone idle when the sensor's timeout of {self.timeout:g} s ran "
             f"out{running}: {why}"
         )
 
@@ -148,7 +148,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         ``failure``: the record then says why the run ended, not only that the rewrites did not run."""
         try:
             yield
-        except WritersNotQuiet as timed_out:
+        except WritersNotIdle as timed_out:
             context["ti"].xcom_push(key=FAILURE_XCOM_KEY, value=str(timed_out))
             raise
 
@@ -157,7 +157,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         if not self.deferrable:
             try:
                 return super().execute(context)
-            except WritersNotQuiet:
+            except WritersNotIdle:
                 raise
             except AirflowSensorTimeout:  # Airflow's own, which says only how long it waited
                 raise self._timed_out() from None
@@ -189,6 +189,6 @@ class SnapshotIdleSensor(BaseSensorOperator):
             with self._telling_the_record(context):
                 raise self._timed_out(event.get("message"))
         if event.get("status") != "success":
-            raise RuntimeError(f"waiting for the writer of {self.table} to go quiet failed: {event.get('message')}")
-        self.log.info("%s quiet: %s", self.table, event["check"])
+            raise RuntimeError(f"waiting for the writer of {self.table} to go idle failed: {event.get('message')}")
+        self.log.info("%s idle: %s", self.table, event["check"])
         return event["check"]

@@ -93,7 +93,7 @@ def close_gate(config: TableConfig) -> str:
 
 def wait_until_snapshot_idle(config: TableConfig) -> str:
     return (
-        f"Waits until the writer of `{config.table}` has gone quiet: it acknowledged the pause, or no snapshot was "
+        f"Waits until the writer of `{config.table}` has gone idle: it acknowledged the pause, or no snapshot was "
         f"committed for {config.idle_seconds} s. Each look renews the lease. Gives up after half the longest pause "
         f"({config.max_pause_seconds // 2} s).\n\n"
         "**If it fails**: a time-out means the writer kept committing with the gate closed, so it does not read "
@@ -174,7 +174,7 @@ def _settings(config: TableConfig) -> str:
 
 def compaction_dag(config: TableConfig) -> str:
     return (
-        f"Gated compaction of `{config.table}`: closes its write gate, waits until its writer is quiet, rewrites "
+        f"Gated compaction of `{config.table}`: closes its write gate, waits until its writer is idle, rewrites "
         "small data files and position-delete files with Spark, and reopens the gate whatever happened. A manual "
         "run takes its own settings in the trigger form (`where`, `rewrite_all`, ..., `force`, `dry_run`). Runs on a "
         "healthy table end after `plan_compaction`, without pausing writers.\n\n"

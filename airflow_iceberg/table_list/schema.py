@@ -303,7 +303,7 @@ class TableConfig(BaseModel):
 
     table: TableNameField = Field(description="catalog.namespace.table")
     schedule: ScheduleField = Field(default=None, description="Cron expression or preset; None for manual runs")
-    idle_seconds: int = Field(default=300, ge=0, description="Quiet time required after the gate closes")
+    idle_seconds: int = Field(default=300, ge=0, description="Idle time required after the gate closes")
     lease_seconds: int = Field(
         default=300, ge=5, description="Renewed while the run works; how long writers stay paused if the run dies"
     )
@@ -424,7 +424,7 @@ class TableConfig(BaseModel):
         if self.max_pause_seconds <= 2 * self.idle_seconds:
             raise ValueError(
                 f"max_pause_seconds ({self.max_pause_seconds}) must be more than twice idle_seconds "
-                f"({self.idle_seconds}), so the writer can go quiet and the rewrites finish within one pause"
+                f"({self.idle_seconds}), so the writer can go idle and the rewrites finish within one pause"
             )
         if self.max_pause_seconds < self.lease_seconds:
             raise ValueError(

@@ -47,7 +47,7 @@ def check_snapshot_idle(
     """Renew the run's lease, read the table's newest snapshot, then the gate, and :func:`decide_idle` on them.
 
     The renewal comes first (it fails at once if the run no longer holds the gate), and the gate with the
-    database's clock is read after the catalog, so the time a slow catalog read takes counts as quiet time.
+    database's clock is read after the catalog, so the time a slow catalog read takes counts as idle time.
     """
     hook = WriteGateHook(write_gate_conn_id)
     hook.renew_lease(table, owner)
@@ -62,12 +62,12 @@ class SnapshotIdleTrigger(BaseTrigger):
     off the event loop. The event is
     ``{"status": "success", "check": {...}}``, ``{"status": "not_held", "message": ...}`` when the run no longer
     holds the gate, ``{"status": "timeout", "message": ...}`` at ``ends_at`` (the message says why the writers had
-    not gone quiet, from the last look: :func:`why_not_idle`), or ``{"status": "error", "message": ...}``.
+    not gone idle, from the last look: :func:`why_not_idle`), or ``{"status": "error", "message": ...}``.
 
     :param table: The table, ``catalog.namespace.table``.
     :param dag_id: DAG id of the run that holds the gate.
     :param run_id: Run id of the run that holds the gate.
-    :param idle_seconds: How long the table must have been quiet.
+    :param idle_seconds: How long the table must have been idle.
     :param iceberg_conn_id: Iceberg connection that reads the table's snapshots.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     :param poke_interval: Longest pause between checks, in seconds.
@@ -133,15 +133,15 @@ class SnapshotIdleTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "success", "check": check.as_xcom()})
                 return
             self.log.info(
-                "%s quiet for %.1f s of %d s; writing: %s",
+                "%s idle for %.1f s of %d s; writing: %s",
                 self.table,
-                check.quiet_seconds,
+                check.idle_for_seconds,
                 check.idle_seconds,
                 list(check.writers_busy),
             )
             # Wake at the moment the window would end, unless a poke is due sooner (a write under way ends it by an
             # acknowledgement, not by the window), or the wait ends.
-            window_left = check.idle_seconds - check.quiet_seconds
+            window_left = check.idle_seconds - check.idle_for_seconds
             pause = self.poke_interval if check.writers_busy else max(0.5, min(self.poke_interval, window_left))
             if ends_at is not None:
                 left = (ends_at - datetime.now(timezone.utc)).total_seconds()

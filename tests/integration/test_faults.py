@@ -103,7 +103,7 @@ def test_a_busy_writer_that_ignores_the_gate_times_the_wait_out_and_nothing_is_r
     detail = outcome.checks["record_detail"]
     assert detail.startswith(
         f"wait_until_snapshot_idle failed, so rewrite_files did not run: the writers of {faults.TABLE} had not gone "
-        "quiet when the sensor's timeout of 15 s ran out: a writer kept committing to "
+        "idle when the sensor's timeout of 15 s ran out: a writer kept committing to "
     ), detail
 
 

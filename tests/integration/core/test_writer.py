@@ -155,7 +155,7 @@ def _await(condition, timeout: float = 10.0, what: str = "condition"):
 def test_a_write_under_way_holds_a_compaction_back_until_it_commits_and_acknowledges(
     gate_hook, gate_table, monkeypatch
 ):
-    """A batch statement has committed nothing yet: the table is quiet, but the closing waits for the writer."""
+    """A batch statement has committed nothing yet: no new commit, but the closing waits for the writer."""
     monkeypatch.setattr(writer_module, "REGISTER_EVERY_SECONDS", 0.2)  # renew the mark every 0.2 s, not 10
     client = gate_client(gate_hook, gate_table, writer_id="gdpr-delete", poke_interval=0.1, log=lambda m: None)
     with client.writing(lambda: 42) as waited:  # 42: the snapshot the write commits

@@ -49,17 +49,17 @@ def check(iceberg_table, idle_seconds: int, owner: GateOwner = OWNER):
     )
 
 
-def test_quiet_time_counts_from_a_snapshot_committed_after_the_gate_closed(table):
+def test_idle_time_counts_from_a_snapshot_committed_after_the_gate_closed(table):
     gate = WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
     late_snapshot = commit(table, [4])  # a commit already in flight when the gate closed
     result = check(table, idle_seconds=3600)
     assert result.newest_snapshot_id == late_snapshot
     assert result.newest_snapshot_at >= gate.closed_at.replace(microsecond=0)
-    assert not result.done and result.quiet_seconds < 60
+    assert not result.done and result.idle_for_seconds < 60
     assert check(table, idle_seconds=0).done
 
 
-def test_quiet_time_counts_from_the_gate_close_when_the_table_was_quiet_already(table):
+def test_idle_time_counts_from_the_gate_close_when_the_table_was_idle_already(table):
     snapshot = table.current_snapshot()
     gate = WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
     result = check(table, idle_seconds=3600)
@@ -86,7 +86,7 @@ def test_a_table_missing_from_the_catalog_is_a_clear_error(unique_name):
         )
 
 
-def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
+def test_the_trigger_fires_once_the_table_has_been_idle_for_the_window(table):
     WriteGateHook().close_gate(full_name(table), OWNER, lease_seconds=600)
     trigger = SnapshotIdleTrigger(
         table=full_name(table),
@@ -103,7 +103,7 @@ def test_the_trigger_fires_once_the_table_has_been_quiet_for_the_window(table):
 
     event = asyncio.run(asyncio.wait_for(first_event(), timeout=60))
     assert event.payload["status"] == "success"
-    assert event.payload["check"]["quiet_seconds"] >= 2
+    assert event.payload["check"]["idle_for_seconds"] >= 2
 
 
 def test_the_trigger_reports_a_gate_not_held_instead_of_crashing(table):
@@ -131,7 +131,7 @@ def test_sensor_in_a_dag_run_waits_for_the_window_then_the_gate_reopens(table, c
     wait = run.get_task_instance("wait_until_snapshot_idle")
     assert wait.state == "success"
     result = wait.xcom_pull(task_ids="wait_until_snapshot_idle")
-    assert result["quiet_seconds"] >= 3
+    assert result["idle_for_seconds"] >= 3
     assert WriteGateHook().get_state(full_name(table)).state == "open"
 
 

@@ -1,4 +1,4 @@
-"""The idle rule on values alone: quiet time, acknowledgements, busy writers, and what a wait that ran out says."""
+"""The idle rule on values alone: idle time, acknowledgements, busy writers, and what a wait that ran out says."""
 
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ def snapshot(snapshot_id: int, seconds_after_close: float) -> Snapshot:
     return Snapshot(snapshot_id, CLOSED_AT + timedelta(seconds=seconds_after_close))
 
 
-def test_quiet_time_counts_from_the_close_when_the_newest_snapshot_is_older():
+def test_idle_time_counts_from_the_close_when_the_newest_snapshot_is_older():
     check = decide_idle(gate(30), RUN, snapshot(7, -100), idle_seconds=60)
-    assert (check.done, check.quiet_seconds) == (False, 30)
+    assert (check.done, check.idle_for_seconds) == (False, 30)
     assert decide_idle(gate(60), RUN, snapshot(7, -100), idle_seconds=60).done
 
 
@@ -61,13 +61,13 @@ def test_a_snapshot_summary_names_the_flink_job_or_spark_application_that_commit
     assert check.newest_snapshot_by == check.as_xcom()["newest_snapshot_by"] == "Flink job 5e2c0b7a"
 
 
-def test_quiet_time_counts_from_a_snapshot_committed_after_the_close():
+def test_idle_time_counts_from_a_snapshot_committed_after_the_close():
     check = decide_idle(gate(30), RUN, snapshot(8, 20), idle_seconds=15)
-    assert (check.done, check.quiet_seconds, check.newest_snapshot_id) == (False, 10, 8)
+    assert (check.done, check.idle_for_seconds, check.newest_snapshot_id) == (False, 10, 8)
     assert decide_idle(gate(35), RUN, snapshot(8, 20), idle_seconds=15).done
 
 
-def test_a_table_without_snapshots_is_quiet_since_the_close():
+def test_a_table_without_snapshots_is_idle_since_the_close():
     check = decide_idle(gate(5), RUN, None, idle_seconds=5)
     assert check.done and check.newest_snapshot_id is None and check.newest_snapshot_at is None
 
@@ -121,11 +121,11 @@ def test_a_newest_snapshot_nobody_acknowledged_falls_back_to_the_window():
     assert not decide_idle(gate(2, writers=writers), RUN, snapshot(9, 0.5), idle_seconds=1800).done
 
 
-def test_a_writer_in_the_middle_of_a_write_keeps_a_quiet_table_from_counting_as_idle():
-    """A batch DELETE has committed nothing yet: the table is quiet, but its commit is to come."""
+def test_a_writer_in_the_middle_of_a_write_keeps_a_table_with_no_new_commit_from_counting_as_idle():
+    """A batch DELETE has committed nothing yet: the table has no new commit, but its commit is to come."""
     deleting = writer("gdpr-delete", seen=100, busy=125)  # renewed its mark 100 s after the closing
     check = decide_idle(gate(110, writers=(deleting,)), RUN, snapshot(7, -100), idle_seconds=60)
-    assert (check.done, check.quiet_seconds, check.writers_busy) == (False, 110, ("gdpr-delete",))
+    assert (check.done, check.idle_for_seconds, check.writers_busy) == (False, 110, ("gdpr-delete",))
     assert check.as_xcom()["writers_busy"] == ["gdpr-delete"]
     done = writer("gdpr-delete", seen=120, ack_after=120, ack_snapshot=8)  # committed 8, then acknowledged
     check = decide_idle(gate(121, writers=(done,)), RUN, snapshot(8, 119), idle_seconds=60)

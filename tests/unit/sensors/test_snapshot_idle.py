@@ -109,7 +109,7 @@ def looks_until_timeout(monkeypatch, check: IdleCheck) -> str:
 def test_a_wait_that_times_out_while_a_writer_commits_through_the_gate_says_so(monkeypatch):
     committing = IdleCheck(
         done=False,
-        quiet_seconds=2.0,
+        idle_for_seconds=2.0,
         idle_seconds=300,
         gate_closed_at=CLOSED_AT,
         newest_snapshot_id=77,
@@ -118,7 +118,7 @@ def test_a_wait_that_times_out_while_a_writer_commits_through_the_gate_says_so(m
         writers_acknowledged=("events-ingest",),
     )
     message = looks_until_timeout(monkeypatch, committing)
-    assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 0.3 s ")
+    assert message.startswith("the writers of lake.demo.events had not gone idle when the sensor's timeout of 0.3 s ")
     assert (
         "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 77, was "
         "committed by a writer whose snapshot summary names no Flink job or Spark application 95 s after the gate "
@@ -137,7 +137,7 @@ def test_the_rescheduled_try_that_meets_the_timeout_still_looks_and_names_the_co
     committing through the closed gate, named from its snapshot's summary, not a catalog that did not answer."""
     committing = IdleCheck(
         done=False,
-        quiet_seconds=0.5,
+        idle_for_seconds=0.5,
         idle_seconds=10,
         gate_closed_at=CLOSED_AT,
         newest_snapshot_id=78,
@@ -160,7 +160,7 @@ def test_the_rescheduled_try_that_meets_the_timeout_still_looks_and_names_the_co
         sensor.execute({"ti": ti})
     message = str(timed_out.value)
     assert ti.pushed == {"failure": message}  # for the run's record
-    assert message.startswith("the writers of lake.demo.events had not gone quiet when the sensor's timeout of 30 s ")
+    assert message.startswith("the writers of lake.demo.events had not gone idle when the sensor's timeout of 30 s ")
     assert (
         "a writer kept committing to lake.demo.events while its gate was closed: the newest snapshot, 78, was "
         "committed by Flink job 5e2c0b7a 31 s after the gate closed" in message
@@ -168,10 +168,10 @@ def test_the_rescheduled_try_that_meets_the_timeout_still_looks_and_names_the_co
     assert "still running" not in message and "did not answer" not in message
 
 
-def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_acknowledge(monkeypatch):
-    quiet = IdleCheck(
+def test_a_wait_that_times_out_with_no_new_commit_names_the_writers_that_did_not_acknowledge(monkeypatch):
+    idle = IdleCheck(
         done=False,
-        quiet_seconds=120.4,
+        idle_for_seconds=120.4,
         idle_seconds=300,
         gate_closed_at=CLOSED_AT,
         newest_snapshot_id=76,
@@ -179,9 +179,9 @@ def test_a_wait_that_times_out_on_a_quiet_table_names_the_writers_that_did_not_a
         writers=("a", "b"),
         writers_acknowledged=("a",),
     )
-    message = looks_until_timeout(monkeypatch, quiet)
+    message = looks_until_timeout(monkeypatch, idle)
     assert (
-        "lake.demo.events was quiet for 120 s of the 300 s required, and writers ['b'] did not acknowledge the "
+        "lake.demo.events was idle for 120 s of the 300 s required, and writers ['b'] did not acknowledge the "
         "pause (writers waited for: ['a', 'b']; acknowledged: ['a'])" in message
     )
     assert "a shorter idle_seconds" in message
@@ -192,7 +192,7 @@ def test_a_deferred_wait_that_times_out_fails_with_the_triggers_reason():
     ti = TaskInstance()
     with pytest.raises(
         AirflowSensorTimeout,
-        match=r"^the writers of lake.demo.events had not gone quiet when the "
+        match=r"^the writers of lake.demo.events had not gone idle when the "
         r"sensor's timeout of 600 s ran out: a writer kept committing",
     ) as timed_out:
         event = {"status": "timeout", "message": "a writer kept committing to lake.demo.events"}

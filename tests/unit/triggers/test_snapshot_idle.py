@@ -35,13 +35,13 @@ def test_trigger_serializes_to_its_own_class_and_arguments():
     assert SnapshotIdleTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 
-def looks(quiet: list[float], idle_seconds: int = 30):
-    """A stand-in for check_snapshot_idle that reports these quiet times in turn, and records its calls."""
+def looks(idle: list[float], idle_seconds: int = 30):
+    """A stand-in for check_snapshot_idle that reports these idle times in turn, and records its calls."""
     calls: list[dict] = []
 
     def look(**kwargs) -> IdleCheck:
         calls.append(kwargs)
-        seconds = quiet[len(calls) - 1]
+        seconds = idle[len(calls) - 1]
         return IdleCheck(seconds >= idle_seconds, seconds, idle_seconds, CLOSED_AT, 7, CLOSED_AT)
 
     return look, calls
@@ -62,7 +62,7 @@ def test_trigger_sleeps_a_poke_interval_or_until_the_window_ends_then_fires(monk
     look, calls = looks([0.0, 10.0, 25.0, 30.0])
     monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
     payload, slept = run_trigger(trigger(), monkeypatch)
-    assert payload["status"] == "success" and payload["check"]["quiet_seconds"] == 30
+    assert payload["status"] == "success" and payload["check"]["idle_for_seconds"] == 30
     assert slept == [10.0, 10.0, 5.0]  # the last sleep ends when the window would
     assert calls[0]["table"] == TableName("lake", "db", "t") and calls[0]["owner"] == RUN
 
@@ -89,7 +89,7 @@ def test_trigger_reports_any_other_failed_look_as_an_error_event(monkeypatch):
     }
 
 
-def test_a_wait_in_the_triggerer_ends_at_its_time_saying_why_the_writers_had_not_gone_quiet(monkeypatch):
+def test_a_wait_in_the_triggerer_ends_at_its_time_saying_why_the_writers_had_not_gone_idle(monkeypatch):
     look, calls = looks([5.0, 6.0, 7.0])
     monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
     ends_at = datetime.now(timezone.utc) - timedelta(seconds=1)  # already over after the first look
@@ -97,7 +97,7 @@ def test_a_wait_in_the_triggerer_ends_at_its_time_saying_why_the_writers_had_not
     assert len(calls) == 1 and slept == []
     assert event == {
         "status": "timeout",
-        "message": "lake.db.t was quiet for 5 s of the 30 s required, and no "
+        "message": "lake.db.t was idle for 5 s of the 30 s required, and no "
         "writer acknowledged it (writers waited for: none reported; acknowledged: []). Give the wait "
         "more time (half of the table's max_pause_seconds), or a shorter idle_seconds",
     }
