@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_iceberg.core.gate_state import AuditAction
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
+from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY, Outcome
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 from airflow_iceberg.operators.run_params import overrides_from_params
@@ -30,12 +31,6 @@ from airflow_iceberg.planning.plan import Decision, plan_table
 
 #: Decisions that run no rewrite, and the outcome their record gets.
 _ENDS_HERE = {Decision.SKIP: Outcome.SKIPPED}
-
-
-def _load(iceberg_conn_id: str, table: TableName) -> Any:
-    from airflow_iceberg.hooks.catalogs import load_iceberg_table  # pyiceberg: off the parse path
-
-    return load_iceberg_table(iceberg_conn_id, table)
 
 
 def _check_predicates(predicates: Mapping[str, str | None]) -> None:
@@ -118,7 +113,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
         predicates = ti.xcom_pull(task_ids=self.check_task_id)
         if predicates is None:
             raise RuntimeError(f"{self.check_task_id} returned no predicates")
-        iceberg_table = _load(self.iceberg_conn_id, self.table)
+        iceberg_table = load_iceberg_table(self.iceberg_conn_id, self.table)
         thresholds = self.thresholds or HealthThresholds()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
         health, plan = plan_table(
@@ -219,7 +214,9 @@ class RecordRunOperator(BaseOperator):
         opened = [row["at"] for row in trail if row["action"] in (AuditAction.OPEN, AuditAction.FORCE_OPEN)]
         gate_seconds = (max(opened) - min(closed)).total_seconds() if closed and opened else None
         # Totals only: which files count as small does not matter here.
-        health = read_health(_load(self.iceberg_conn_id, self.table), str(self.table), small_file_ratio=0.75)
+        health = read_health(
+            load_iceberg_table(self.iceberg_conn_id, self.table), str(self.table), small_file_ratio=0.75
+        )
         record = {
             "table_name": self.table,
             "dag_id": owner.dag_id,

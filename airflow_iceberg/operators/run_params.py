@@ -20,6 +20,7 @@ from airflow_iceberg.core.iceberg_runtime import IcebergRuntime, check_options
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_arguments, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.exceptions import RunParamsError
+from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.planning.templates import render_predicate
 
 # Param name -> the rewrite option it sets, in both rewrite procedures.
@@ -204,8 +205,6 @@ class CheckRunParamsOperator(BaseOperator):
 
     def _load_table(self) -> Any:
         """The table, as pyiceberg reads it through the Iceberg connection."""
-        from airflow_iceberg.hooks.catalogs import load_iceberg_table
-
         return load_iceberg_table(self.iceberg_conn_id, self.table)
 
     def execute(self, context: Context) -> dict[str, str | None]:
