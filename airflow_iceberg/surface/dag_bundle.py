@@ -18,9 +18,15 @@ sets the file's modification time to now, and the dag-processor parses it in the
 finds nothing changed costs one ``stat`` and a summary of each file's DAGs (:class:`FileSummary`: one row per
 file, and the ids of the DAGs in its rarer pause state); a file's DAG rows are read only when its summary changed.
 A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
-DAGs (``_follow_parses``). When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh
-also writes the further compaction DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`); Airflow lists the
-folder's files right after a refresh, so it parses a new file within seconds.
+DAGs (``_follow_parses``).
+
+When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh writes the further compaction
+DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`), and the tables those files take move to them. Airflow
+lists the folder's files right after a refresh, so it parses a new file within seconds. A moved table's DAGs must be
+stored from the new file before a parse of its old file no longer finds them: Airflow deactivates, at its next
+cleanup, a DAG that the last parse of its file did not find, and two parses run at once finish in either order.
+So the refresh hands over (``_end_handover``): it writes the new files first and touches the DAG files that read the
+list only once each new file that takes a table has a parse stored, or after a parse's time-out.
 
 A table-list change that lands while a parse of the same file is under way may be one that parse read too
 early, and Airflow does not parse the file again for a touch older than the parse's end (it has the same race
@@ -49,7 +55,7 @@ from airflow.dag_processing.bundles.local import LocalDagBundle
 from airflow.sdk import conf
 
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, builds_its_share, write_dag_files
+from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, builds_its_share, dag_file_index, write_dag_files
 from airflow_iceberg.table_list.loader import config_path, read_table_list
 
 log = logging.getLogger(__name__)
@@ -133,6 +139,7 @@ class TableListDagBundle(LocalDagBundle):
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
         self._summaries: dict[str, FileSummary] = {}  # their files' summaries at the last look
         self._changed: dict[str, Touch] = {}  # files touched, until their parse is stored: see _follow_parses
+        self._handover: Handover | None = None  # new DAG files waiting for their parse: see _end_handover
 
     @property
     def table_list(self) -> Path:
@@ -144,6 +151,7 @@ class TableListDagBundle(LocalDagBundle):
             self._follow_dags()
         except Exception as error:  # the metadata database: the manager's own next query will say more
             log.warning("Cannot read the DAGs of bundle %r from Airflow's database: %s", self.name, error)
+        self._end_handover()
 
     def _follow_dags(self) -> None:
         """Follow the pauses and parses of the folder's DAGs, reading the rows of only the files whose summary
@@ -176,6 +184,21 @@ class TableListDagBundle(LocalDagBundle):
             return
         self._seen = changed
         now = datetime.now(timezone.utc)
+        written = self._write_dag_files()
+        if written or self._handover is not None:  # the touches wait for the new files' parses
+            first = {**(self._handover.first if self._handover else {}), **dict.fromkeys(written, now)}
+            self._handover = Handover(first, changed)
+            if written:
+                log.info(
+                    "The dag-processor parses %s first, and the DAG files that read the table list once it is "
+                    "stored, so that the tables moving there keep their DAGs",
+                    ", ".join(written),
+                )
+            return
+        self._touch_readers(changed, now)
+
+    def _touch_readers(self, changed: int, now: datetime) -> None:
+        """Touch each DAG file that reads the table list and is older than its change at ``changed`` (ns)."""
         # No later than now: a list dated in the future (a skewed clock) was changed by now.
         list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
         touched = touch_readers(self.path, changed)
@@ -185,19 +208,48 @@ class TableListDagBundle(LocalDagBundle):
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
-        # After the touches: a new file is then the newest, and Airflow (file_parsing_sort_mode = modified_time)
-        # parses it first, so the DAGs of the tables it takes are stored there before iceberg_compaction.py drops
-        # them.
-        self._write_dag_files()
 
-    def _write_dag_files(self) -> None:
+    def _end_handover(self) -> None:
+        """Touch the DAG files that read the table list once each new compaction DAG file that takes a table has a
+        parse stored since it was written (its DAGs' latest parse in the last look's summaries), or once a parse's
+        time-out and a refresh have passed since the last was written: a new file that Airflow could not parse
+        leaves its tables to their old file's next parse, as before the change."""
+        handover = self._handover
+        if handover is None:
+            return
+        waiting = [
+            file
+            for file, written in handover.first.items()
+            if (summary := self._summaries.get(file)) is None
+            or summary.last_parsed is None
+            or summary.last_parsed < written
+        ]
+        now = datetime.now(timezone.utc)
+        if waiting:
+            due = timedelta(seconds=conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval)
+            waited = now - max(handover.first.values())
+            if waited <= due:
+                return
+            log.warning(
+                "No parse of %s was stored within %d s of its writing: parsing the files whose tables move there "
+                "now, so those tables' DAGs may be deactivated until it is. The dag-processor's log says why",
+                ", ".join(waiting),
+                int(due.total_seconds()),
+            )
+        self._handover = None
+        self._touch_readers(handover.changed, now)
+
+    def _write_dag_files(self) -> list[str]:
         """Write the compaction DAG files that the table list takes beside each ``iceberg_compaction.py`` and that are
         missing (:mod:`airflow_iceberg.surface.dag_files`): Airflow lists the folder's files right after this
-        refresh, so it parses a new file in the next seconds, and the moved tables' DAGs keep their file's place."""
+        refresh, so it parses a new file in the next seconds. The files written that take at least one table,
+        relative to the folder: the handover waits for their parses."""
         try:
-            files = read_table_list(self.table_list).dag_files
+            document = read_table_list(self.table_list)
         except IcebergConfigError:  # the check DAG file reports the table list's own problems
-            return
+            return []
+        files = document.dag_files
+        taking: list[str] = []
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
             if files > 1 and not builds_its_share(compaction):
                 log.warning(
@@ -220,6 +272,9 @@ class TableListDagBundle(LocalDagBundle):
                 continue
             if written:
                 log.info("The table list takes %d compaction DAG files: wrote %s", files, self._shown(written))
+                in_use = document.dag_files_in_use()
+                taking += [str(p.relative_to(self.path)) for p in written if dag_file_index(p.name) in in_use]
+        return taking
 
     def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.
@@ -457,6 +512,15 @@ class Touch:
     had_dags: bool = False
     again: bool = False
     retouches: int = 0
+
+
+@dataclass(frozen=True)
+class Handover:
+    """New compaction DAG files waiting for their first parse, each with when it was written, and the table list's
+    change (its modification time, ns) whose touches of the other DAG files wait for them."""
+
+    first: dict[str, datetime]
+    changed: int
 
 
 def _utc(when: datetime | None) -> datetime | None:

@@ -18,7 +18,7 @@ import yaml
 from airflow.sdk import conf
 from pydantic import ValidationError
 
-from airflow_iceberg.core.shards import TABLES_PER_DAG_FILE, dag_file_count
+from airflow_iceberg.core.shards import TABLES_PER_DAG_FILE, dag_file_count, dag_file_of
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.table_list.schema import TableConfig
@@ -102,6 +102,20 @@ class TableListDocument:
     def dag_files(self) -> int:
         """How many compaction DAG files the list's entries take (:mod:`airflow_iceberg.core.shards`)."""
         return dag_file_count(len(self.entries), self.tables_per_dag_file)
+
+    def dag_files_in_use(self) -> set[int]:
+        """The indexes of the compaction DAG files that build at least one of the list's tables (an entry without a
+        valid table name builds none)."""
+        files, used = self.dag_files, set()
+        for entry in self.entries:
+            table = entry.get("table") if isinstance(entry, Mapping) else None
+            if not isinstance(table, str):
+                continue
+            try:
+                used.add(dag_file_of(str(TableName.of(table)), files))
+            except InvalidCallError:
+                continue
+        return used
 
     def validate(self, select: Callable[[TableName], bool] | None = None) -> TableList:
         """Validate each entry (only those whose table ``select`` accepts, with it), the defaults merged under it."""

@@ -10,7 +10,7 @@ the removed table's DAGs gone, within 60 s of the write.
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import yaml
@@ -160,6 +160,16 @@ def _files_of_dags(live_airflow) -> dict[str, tuple[str, bool]]:
     return {dag_id: (fileloc, stale) for dag_id, fileloc, stale in rows}
 
 
+def _parses_of_files(live_airflow) -> dict[str, tuple[datetime, datetime]]:
+    """Each compaction DAG file's active DAGs' earliest and latest stored parse."""
+    rows = live_airflow.query(
+        "SELECT relative_fileloc, min(last_parsed_time), max(last_parsed_time) FROM dag "
+        "WHERE relative_fileloc LIKE %s AND NOT is_stale GROUP BY relative_fileloc",
+        "iceberg_compaction%",
+    )
+    return {fileloc: (earliest, latest) for fileloc, earliest, latest in rows}
+
+
 def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_and_no_dag_goes_stale(
     unique_name, live_airflow
 ):
@@ -198,7 +208,7 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
         document[TABLES_PER_DAG_FILE_KEY] = len(names)  # the added table makes two files
         document["tables"].append({"table": added, "full_rewrite": {"schedule": None}})
         live_airflow.table_list.write_text(yaml.safe_dump(document))
-        written = time.monotonic()
+        written, written_at = time.monotonic(), datetime.now(timezone.utc)
 
         def split() -> bool:
             now = _files_of_dags(live_airflow)
@@ -210,6 +220,20 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
             f"{len(moving)} of {len(names)} tables moved to {new_file.name}, and one was added there, "
             f"{time.monotonic() - written:.1f} s after the write (goal: {TAKES_EFFECT_SECONDS} s)"
         )
+        # The file they left reads the changed list too, and then no longer builds them: that parse must come after
+        # the new file's, or Airflow deactivates them at its next clean-up.
+        left = dag_file_name(0)
+
+        def left_file_parsed() -> bool:
+            split()  # still watching for a deactivation
+            parsed = _parses_of_files(live_airflow).get(left)
+            return parsed is not None and parsed[0] > written_at
+
+        live_airflow.wait_for(f"a parse of {left} after the write", left_file_parsed, TAKES_EFFECT_SECONDS, every=0.5)
+        parses = _parses_of_files(live_airflow)
+        new_parsed, left_parsed = parses[new_file.name][1], parses[left][0]
+        print(f"{new_file.name} stored {new_parsed - written_at}, {left} {left_parsed - written_at} after the write")
+        assert new_parsed <= left_parsed, f"{left} was parsed before {new_file.name} stored the DAGs that moved there"
         assert went_stale == set(), f"DAGs deactivated on the way: {sorted(went_stale)}"
 
         _a_dry_run_succeeds(live_airflow, compaction_dag_id(TableName.parse(added)))

@@ -24,6 +24,7 @@ from airflow_iceberg.surface.dag_files import dag_file_name, dag_file_text
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"
 HOUR_AGO = 3600 * 10**9
+COMPACTION = "iceberg_compaction.py"
 
 
 @pytest.fixture
@@ -130,10 +131,23 @@ def test_a_dag_file_that_cannot_be_touched_is_logged_and_skipped(folder: Path, m
     assert "min_file_process_interval" in caplog.text
 
 
-def test_a_list_grown_past_a_files_worth_of_tables_gets_its_further_dag_files_written(folder: Path, caplog):
-    bundle = _bundle(folder)
+def _grown(folder: Path) -> Bundle:
+    """A bundle on ``folder`` whose table list of four tables in one DAG file has just grown to five at two tables a
+    file: three files. By their names' hashes, t2 moves to iceberg_compaction_1.py, and iceberg_compaction_2.py
+    takes none of the five."""
+    bundle = _bundle(folder, **{f"t{n}": DagRow(COMPACTION, False, _parsed(3600)) for n in (0, 1, 2, 3)})
     listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in range(5))
     (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
+    return bundle
+
+
+def test_a_list_grown_past_a_files_worth_of_tables_gets_its_further_dag_files_parsed_before_those_they_leave(
+    folder: Path, caplog
+):
+    """Until the new file's DAGs are stored, no parse of iceberg_compaction.py may drop t2's: Airflow would deactivate
+    them. A new file that takes no table is not waited for."""
+    bundle = _grown(folder)
+    before = _mtimes(folder)
     with caplog.at_level(logging.INFO, logger=dag_bundle.__name__):
         bundle.refresh()
     for index in (1, 2):
@@ -142,9 +156,52 @@ def test_a_list_grown_past_a_files_worth_of_tables_gets_its_further_dag_files_wr
     assert "The table list takes 3 compaction DAG files: wrote iceberg_compaction_1.py, iceberg_compaction_2.py" in (
         caplog.text
     )
-    before = _mtimes(folder)
-    bundle.refresh()  # written once: newer than the list, and not touched again
-    assert _mtimes(folder) == before
+    assert "parses iceberg_compaction_1.py first" in caplog.text
+    written = _mtimes(folder)
+    assert {name: written[name] for name in before} == before, "no file that reads the list touched yet"
+    bundle.refresh()
+    assert _mtimes(folder) == written, "iceberg_compaction_1.py's parse is not stored yet"
+
+    bundle.rows = {**bundle.rows, "t2": DagRow(dag_file_name(1), False, _parsed(0))}  # its parse, stored
+    bundle.refresh()
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > written[name]} == set(DAG_FILES)
+    bundle.refresh()  # once
+    assert _mtimes(folder) == after
+
+
+def test_a_new_dag_file_whose_parse_is_not_stored_within_the_time_out_lets_the_others_be_parsed(
+    folder: Path, monkeypatch, caplog
+):
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    bundle = _grown(folder)
+    bundle.refresh_interval = 0
+    bundle.refresh()
+    written = _mtimes(folder)
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > written[name]} == set(DAG_FILES)
+    assert "No parse of iceberg_compaction_1.py was stored within 1 s of its writing" in caplog.text
+
+
+def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_parsed(folder: Path):
+    bundle = _grown(folder)
+    bundle.refresh()
+    first = (folder / "iceberg_tables.yaml").stat().st_mtime_ns + 1
+    for name in DAG_FILES:  # newer than the first change (deployed since), older than the second
+        os.utime(folder / name, ns=(first, first))
+    listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in (*range(5), 12))
+    (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
+    changed = (folder / "iceberg_tables.yaml").stat().st_mtime_ns
+    assert changed > first
+    written = _mtimes(folder)
+    bundle.refresh()
+    assert _mtimes(folder) == written, "still waiting for iceberg_compaction_1.py"
+    bundle.rows = {**bundle.rows, "t2": DagRow(dag_file_name(1), False, _parsed(0))}
+    bundle.refresh()
+    assert all((folder / name).stat().st_mtime_ns >= changed for name in DAG_FILES), "touched for the second change"
 
 
 def test_a_folder_the_bundle_cannot_write_is_logged_and_the_dag_files_still_marked(folder: Path, monkeypatch, caplog):
