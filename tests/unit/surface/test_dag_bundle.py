@@ -20,11 +20,10 @@ from airflow.sdk import conf
 from airflow_iceberg.surface import dag_bundle
 from airflow_iceberg.surface.cli import DAG_FILES
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, DagRow, TableListDagBundle
-from airflow_iceberg.surface.dag_files import dag_file_name, dag_file_text
+from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, dag_file_name, dag_file_text
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"
 HOUR_AGO = 3600 * 10**9
-COMPACTION = "iceberg_compaction.py"
 
 
 @pytest.fixture
@@ -135,7 +134,7 @@ def _grown(folder: Path) -> Bundle:
     """A bundle on ``folder`` whose table list of four tables in one DAG file has just grown to five at two tables a
     file: three files. By their names' hashes, t2 moves to iceberg_compaction_1.py, and iceberg_compaction_2.py
     takes none of the five."""
-    bundle = _bundle(folder, **{f"t{n}": DagRow(COMPACTION, False, _parsed(3600)) for n in (0, 1, 2, 3)})
+    bundle = _bundle(folder, **{f"t{n}": DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)) for n in (0, 1, 2, 3)})
     listed = ", ".join(f"{{table: lake.sales.t{n}}}" for n in range(5))
     (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
     return bundle
