@@ -26,7 +26,10 @@ lists the folder's files right after a refresh, so it parses a new file within s
 stored from the new file before a parse of its old file no longer finds them: Airflow deactivates, at its next
 cleanup, a DAG that the last parse of its file did not find, and two parses run at once finish in either order.
 So the refresh hands over (``_end_handover``): it writes the new files first and touches the DAG files that read the
-list only once each new file that takes a table has a parse stored, or after a parse's time-out.
+list only once each new file that takes a table has a parse stored, or after a parse's time-out. A list that shrinks
+below a file's worth hands over the other way: the tables of a numbered file that the list no longer reaches move
+to the lower files, so those are touched first, and the file they leave once their parses are stored
+(``_touch_gainers``).
 
 A table-list change that lands while a parse of the same file is under way may be one that parse read too
 early, and Airflow does not parse the file again for a touch older than the parse's end (it has the same race
@@ -55,8 +58,14 @@ from airflow.dag_processing.bundles.local import LocalDagBundle
 from airflow.sdk import conf
 
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, builds_its_share, dag_file_index, write_dag_files
-from airflow_iceberg.table_list.loader import config_path, read_table_list
+from airflow_iceberg.surface.dag_files import (
+    COMPACTION_DAG_FILE,
+    builds_its_share,
+    dag_file_index,
+    dag_file_name,
+    write_dag_files,
+)
+from airflow_iceberg.table_list.loader import TableListDocument, config_path, read_table_list
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +193,21 @@ class TableListDagBundle(LocalDagBundle):
             return
         self._seen = changed
         now = datetime.now(timezone.utc)
-        written = self._write_dag_files()
-        if written or self._handover is not None:  # the touches wait for the new files' parses
-            first = {**(self._handover.first if self._handover else {}), **dict.fromkeys(written, now)}
-            self._handover = Handover(first, changed)
-            if written:
+        try:
+            document = read_table_list(self.table_list)
+        except IcebergConfigError:  # the check DAG file reports the table list's own problems
+            document = None
+        first = self._write_dag_files(document) if document else []
+        if document and not first:
+            first = self._touch_gainers(document, changed, now)
+        if first or self._handover is not None:  # the other touches wait for these files' parses
+            first_at = {**(self._handover.first if self._handover else {}), **dict.fromkeys(first, now)}
+            self._handover = Handover(first_at, changed)
+            if first:
                 log.info(
-                    "The dag-processor parses %s first, and the DAG files that read the table list once it is "
-                    "stored, so that the tables moving there keep their DAGs",
-                    ", ".join(written),
+                    "The dag-processor parses %s first, and the other DAG files that read the table list once it "
+                    "is stored, so that the tables moving there keep their DAGs",
+                    ", ".join(first),
                 )
             return
         self._touch_readers(changed, now)
@@ -210,10 +225,10 @@ class TableListDagBundle(LocalDagBundle):
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
 
     def _end_handover(self) -> None:
-        """Touch the DAG files that read the table list once each new compaction DAG file that takes a table has a
-        parse stored since it was written (its DAGs' latest parse in the last look's summaries), or once a parse's
-        time-out and a refresh have passed since the last was written: a new file that Airflow could not parse
-        leaves its tables to their old file's next parse, as before the change."""
+        """Touch the DAG files that read the table list once each compaction DAG file that tables move to has a
+        parse stored since it was written or touched (its DAGs' latest parse in the last look's summaries), or once a
+        parse's time-out and a refresh have passed since the last was: a file that Airflow could not parse leaves
+        its tables to their old file's next parse, as before the change."""
         handover = self._handover
         if handover is None:
             return
@@ -231,23 +246,49 @@ class TableListDagBundle(LocalDagBundle):
             if waited <= due:
                 return
             log.warning(
-                "No parse of %s was stored within %d s of its writing: parsing the files whose tables move there "
-                "now, so those tables' DAGs may be deactivated until it is. The dag-processor's log says why",
+                "No parse of %s was stored within %d s of its writing or touch: parsing the files whose tables "
+                "move there now, so those tables' DAGs may be deactivated until it is. The dag-processor's log "
+                "says why",
                 ", ".join(waiting),
                 int(due.total_seconds()),
             )
         self._handover = None
         self._touch_readers(handover.changed, now)
 
-    def _write_dag_files(self) -> list[str]:
+    def _touch_gainers(self, document: TableListDocument, changed: int, now: datetime) -> list[str]:
+        """When the table list no longer reaches a numbered compaction DAG file that still has DAGs, touch the
+        compaction DAG files beside it that take tables, where its tables move; those touched, relative to the
+        folder: the handover waits for their parses before the file they leave is parsed and drops them.
+
+        A parse of such a file already under way when the list changed, and stored after this touch, may release
+        the others too early; ``_follow_parses`` then parses it once more, and the moved tables' DAGs are back
+        within seconds."""
+        files = document.dag_files
+        list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
+        touched: list[str] = []
+        for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
+            left = [
+                path
+                for path in compaction.parent.glob("iceberg_compaction_*.py")
+                if dag_file_index(path.name) >= files
+                and (summary := self._summaries.get(str(path.relative_to(self.path)))) is not None
+                and summary.dags > 0
+            ]
+            if not left:
+                continue
+            for index in sorted(document.dag_files_in_use()):
+                path = compaction.parent / dag_file_name(index)
+                if path.exists() and touch(path):
+                    file = str(path.relative_to(self.path))
+                    self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file))
+                    touched.append(file)
+        return touched
+
+    def _write_dag_files(self, document: TableListDocument) -> list[str]:
         """Write the compaction DAG files that the table list takes beside each ``iceberg_compaction.py`` and that are
         missing (:mod:`airflow_iceberg.surface.dag_files`): Airflow lists the folder's files right after this
         refresh, so it parses a new file in the next seconds. The files written that take at least one table,
         relative to the folder: the handover waits for their parses."""
-        try:
-            document = read_table_list(self.table_list)
-        except IcebergConfigError:  # the check DAG file reports the table list's own problems
-            return []
         files = document.dag_files
         taking: list[str] = []
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
@@ -516,8 +557,9 @@ class Touch:
 
 @dataclass(frozen=True)
 class Handover:
-    """New compaction DAG files waiting for their first parse, each with when it was written, and the table list's
-    change (its modification time, ns) whose touches of the other DAG files wait for them."""
+    """The compaction DAG files that tables move to, waiting for a parse (new files, written; or, when the list
+    shrank, the lower files, touched), each with when it was written or touched, and the table list's change (its
+    modification time, ns) whose touches of the other DAG files wait for them."""
 
     first: dict[str, datetime]
     changed: int

@@ -175,7 +175,8 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
 ):
     """Under the fleet setting, a table added to the list makes it take two compaction DAG files: the bundle writes
     the new one, Airflow parses it, and each table's DAGs are in the file its name's hash picks, within 60 s of the
-    write; none of the DAGs that moved is ever deactivated on the way, and the new file's DAGs run."""
+    write; none of the DAGs that moved is ever deactivated on the way, and the new file's DAGs run. Then the table
+    is removed again: the moved tables go back to iceberg_compaction.py, again never deactivated on the way."""
     original = live_airflow.table_list.read_text()
     document = yaml.safe_load(original)
     names = [entry["table"] for entry in document["tables"]]
@@ -204,6 +205,7 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
     new_file = DAGS_FOLDER / dag_file_name(1)
     assert not new_file.exists()
     went_stale: set[str] = set()
+    restored = False
     try:
         document[TABLES_PER_DAG_FILE_KEY] = len(names)  # the added table makes two files
         document["tables"].append({"table": added, "full_rewrite": {"schedule": None}})
@@ -237,8 +239,41 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
         assert went_stale == set(), f"DAGs deactivated on the way: {sorted(went_stale)}"
 
         _a_dry_run_succeeds(live_airflow, compaction_dag_id(TableName.parse(added)))
-    finally:  # the other tests' live Airflow: one file again, as it was
+
+        # And back: the list shrinks to one file, the moved tables go home to iceberg_compaction.py, and the file
+        # they leave must be parsed only after iceberg_compaction.py's parse has stored them.
         live_airflow.table_list.write_text(original)
+        restored, shrunk_at, home = True, time.monotonic(), dag_file_name(0)
+        moved = {dag_id for name in moving for dag_id in _dags_of(TableName.parse(name))}
+
+        def moved_home() -> bool:
+            now = _files_of_dags(live_airflow)
+            went_stale.update(dag_id for dag_id in moved if now[dag_id][1])
+            return all(now[dag_id] == (home, False) for dag_id in moved)
+
+        live_airflow.wait_for(f"the moved tables' DAGs back in {home}", moved_home, TAKES_EFFECT_SECONDS, every=0.5)
+        stored_home = _parses_of_files(live_airflow)[home][1]
+        print(f"{len(moving)} tables back in {home} {time.monotonic() - shrunk_at:.1f} s after the write")
+        gone = _dags_of(TableName.parse(added))
+
+        def left_file_parsed() -> bool:
+            now = _files_of_dags(live_airflow)
+            moved_home()  # still watching for a deactivation
+            return all(now[dag_id][1] for dag_id in gone)
+
+        live_airflow.wait_for(
+            f"the removed table's DAGs deactivated after a parse of {new_file.name}",
+            left_file_parsed,
+            TAKES_EFFECT_SECONDS,
+            every=0.5,
+        )
+        left_touched = datetime.fromtimestamp(new_file.stat().st_mtime, timezone.utc)
+        print(f"{home} stored the moved tables' DAGs at {stored_home}, {new_file.name} touched at {left_touched}")
+        assert stored_home <= left_touched, f"{new_file.name} was parsed before {home} stored the tables moving there"
+        assert went_stale == set(), f"DAGs deactivated on the way back: {sorted(went_stale)}"
+    finally:  # the other tests' live Airflow: one file again, as it was
+        if not restored:
+            live_airflow.table_list.write_text(original)
         live_airflow.wait_for(
             "every DAG back in iceberg_compaction.py",
             lambda: all(

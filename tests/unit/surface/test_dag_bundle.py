@@ -182,7 +182,7 @@ def test_a_new_dag_file_whose_parse_is_not_stored_within_the_time_out_lets_the_o
         bundle.refresh()
     after = _mtimes(folder)
     assert {name for name in after if after[name] > written[name]} == set(DAG_FILES)
-    assert "No parse of iceberg_compaction_1.py was stored within 1 s of its writing" in caplog.text
+    assert "No parse of iceberg_compaction_1.py was stored within 1 s of its writing or touch" in caplog.text
 
 
 def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_parsed(folder: Path):
@@ -201,6 +201,63 @@ def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_p
     bundle.rows = {**bundle.rows, "t2": DagRow(dag_file_name(1), False, _parsed(0))}
     bundle.refresh()
     assert all((folder / name).stat().st_mtime_ns >= changed for name in DAG_FILES), "touched for the second change"
+
+
+def _shrunk(folder: Path, **rows: DagRow) -> Bundle:
+    """A bundle on ``folder`` whose table list of t0, t1 and t2 at two tables a file (t2's DAGs in
+    iceberg_compaction_1.py by its name's hash) has just lost t1: one file, and t2 moves to iceberg_compaction.py."""
+    numbered = folder / dag_file_name(1)
+    numbered.write_text(dag_file_text(1))
+    _age(numbered, HOUR_AGO)
+    (folder / "iceberg_tables.yaml").write_text(
+        "tables_per_dag_file: 2\ntables: [{table: lake.sales.t0}, {table: lake.sales.t1}, {table: lake.sales.t2}]\n"
+    )
+    _age(folder / "iceberg_tables.yaml", 2 * HOUR_AGO)  # older than the DAG files, as the fixture's list
+    bundle = _bundle(folder, **rows)
+    (folder / "iceberg_tables.yaml").write_text(
+        "tables_per_dag_file: 2\ntables: [{table: lake.sales.t0}, {table: lake.sales.t2}]\n"
+    )
+    _age(folder / "iceberg_tables.yaml", 60 * 10**9)  # a minute ago: a parse stored now began after it
+    return bundle
+
+
+def test_a_list_shrunk_below_a_files_worth_gets_the_file_its_tables_move_to_parsed_before_the_one_they_leave(
+    folder: Path, caplog
+):
+    """Until iceberg_compaction.py's parse has stored t2's DAGs, no parse of iceberg_compaction_1.py may drop them:
+    Airflow would deactivate them."""
+    bundle = _shrunk(
+        folder,
+        t0=DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)),
+        t1=DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)),
+        t2=DagRow(dag_file_name(1), False, _parsed(3600)),
+    )
+    before = _mtimes(folder)
+    with caplog.at_level(logging.INFO, logger=dag_bundle.__name__):
+        bundle.refresh()
+    touched = _mtimes(folder)
+    assert {name for name in touched if touched[name] > before[name]} == {COMPACTION_DAG_FILE}
+    assert "parses iceberg_compaction.py first" in caplog.text
+    bundle.refresh()
+    assert _mtimes(folder) == touched, "iceberg_compaction.py's parse is not stored yet"
+
+    bundle.rows = {  # its parse, stored: t2 moved in, t1 no longer found (Airflow deactivates it)
+        "t0": DagRow(COMPACTION_DAG_FILE, False, _parsed(0)),
+        "t2": DagRow(COMPACTION_DAG_FILE, False, _parsed(0)),
+    }
+    bundle.refresh()
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > touched[name]} == {dag_file_name(1), "iceberg_table_list_check.py"}
+    bundle.refresh()  # once
+    assert _mtimes(folder) == after
+
+
+def test_a_list_shrunk_below_a_files_worth_whose_further_file_has_no_dags_touches_every_reader_at_once(folder: Path):
+    bundle = _shrunk(folder, t0=DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)))
+    before = _mtimes(folder)
+    bundle.refresh()
+    after = _mtimes(folder)
+    assert {name for name in after if after[name] > before[name]} == {*DAG_FILES, dag_file_name(1)}
 
 
 def test_a_folder_the_bundle_cannot_write_is_logged_and_the_dag_files_still_marked(folder: Path, monkeypatch, caplog):
