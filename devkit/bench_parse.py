@@ -42,7 +42,7 @@ import yaml
 
 from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.surface.dag_files import dag_file_index, dag_file_name, write_dag_files
 from airflow_iceberg.table_list.loader import read_table_list
 from devkit.live_airflow import postgres, postgres_url
@@ -60,13 +60,15 @@ GOALS = {
     "file_parse": IMPORT_TIMEOUT / 3,
     "file_parse_serialize": PROCESSOR_TIMEOUT / 2,
 }
-#: The what-if variants at 1,000 tables: (label, one DAG per table, no cron schedules, crons decoded anew).
+#: The what-if variants at 1,000 tables: (label, the one DAG per table kept (``_BUILDERS``' index: 0 the compaction
+#: DAG, 1 the full rewrite's) or None for both, no cron schedules, crons decoded anew).
 VARIANTS = (
-    ("as shipped: 2 DAGs per table, each on a cron", False, False, False),
-    ("as before the shared cron timetable: each decode of a cron anew", False, False, True),
-    ("the compaction DAG alone: 1 DAG per table", True, False, False),
-    ("no cron: compaction on the health watch alone, full rewrites manual", False, True, False),
-    ("1 DAG per table, no cron", True, True, False),
+    ("as shipped: 2 DAGs per table, each on a cron", None, False, False),
+    ("as before the shared cron timetable: each decode of a cron anew", None, False, True),
+    ("the compaction DAG alone: 1 DAG per table", 0, False, False),
+    ("the full-rewrite DAG alone: 1 DAG per table, with its maintenance tasks", 1, False, False),
+    ("no cron: compaction on the health watch alone, full rewrites manual", None, True, False),
+    ("1 DAG per table, no cron", 0, True, False),
 )
 #: The bench's own metadata databases: one migrated template, and a copy of it for each measurement.
 STORE_DB = "airflow_iceberg_bench_parse"
@@ -89,7 +91,8 @@ if os.environ.get("BENCH_UNSHARED_CRON"):  # Airflow's own decode, anew at each 
     from airflow_iceberg.timetables.cron import SharedCronTriggerTimetable
     SharedCronTriggerTimetable.deserialize = classmethod(CronTriggerTimetable.deserialize.__func__)
 if os.environ.get("BENCH_ONE_DAG_PER_TABLE"):
-    airflow_iceberg.surface.dag_factory._BUILDERS = airflow_iceberg.surface.dag_factory._BUILDERS[:1]
+    kept = int(os.environ["BENCH_ONE_DAG_PER_TABLE"])
+    airflow_iceberg.surface.dag_factory._BUILDERS = airflow_iceberg.surface.dag_factory._BUILDERS[kept : kept + 1]
 folder = Path(sys.argv[1])
 out = {"airflow": airflow_s, "imports": imports_s, "files": {}}
 serialized = {}
@@ -185,17 +188,20 @@ def measure(
     count: int,
     workdir: Path,
     store_env: dict[str, str] | None = None,
-    one_dag_per_table: bool = False,
+    one_dag_per_table: int | None = None,
     no_cron: bool = False,
     unshared_cron: bool = False,
 ) -> dict:
-    """One fresh process's figures for ``count`` tables; with ``store_env`` (:func:`prepare_store`), the store too."""
+    """One fresh process's figures for ``count`` tables; with ``store_env`` (:func:`prepare_store`), the store too;
+    with ``one_dag_per_table``, only that DAG of each table (0: the compaction DAG, 1: the full rewrite's)."""
     folder, files = dag_folder(count, Path(tempfile.mkdtemp(dir=workdir)), no_cron)
     last = f"lake.fleet.t{count - 1:04d}"
     env = {
         **(store_env or os.environ),
         "AIRFLOW_ICEBERG_CONFIG": str(folder / "iceberg_tables.yaml"),
-        "BENCH_TASK_DAG_ID": compaction_dag_id(TableName.parse(last)),
+        "BENCH_TASK_DAG_ID": (full_rewrite_dag_id if one_dag_per_table == 1 else compaction_dag_id)(
+            TableName.parse(last)
+        ),
         "BENCH_TASK_DAG_FILE": dag_file_name(dag_file_of(last, len(files) - 1)),
     }
     if store_env is not None:
@@ -203,8 +209,8 @@ def measure(
         env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = postgres_url(STORE_DB)
     else:
         env["BENCH_NO_STORE"] = "1"
-    if one_dag_per_table:
-        env["BENCH_ONE_DAG_PER_TABLE"] = "1"
+    if one_dag_per_table is not None:
+        env["BENCH_ONE_DAG_PER_TABLE"] = str(one_dag_per_table)
     if unshared_cron:
         env["BENCH_UNSHARED_CRON"] = "1"
     result = subprocess.run(
@@ -262,7 +268,7 @@ def main() -> int:
         print("|---|---:|---:|---:|---:|---:|---:|")
         shipped = None
         for label, one_dag, no_cron, unshared in VARIANTS:
-            if not (one_dag or no_cron or unshared):
+            if one_dag is None and not (no_cron or unshared):
                 r = results[count]
             else:
                 r = measure(count, Path(workdir), store_env, one_dag, no_cron, unshared)
