@@ -15,7 +15,8 @@ cluster at once. Run it where Airflow's metadata database is reachable, after ch
 ``airflow-iceberg dags DIR`` puts the provider's DAG files into the DAG folder DIR (again after an upgrade: they
 are the provider's), and the example table list ``iceberg_tables.yaml`` beside them unless DIR already has one. A
 table list of more than ``tables_per_dag_file`` tables takes further compaction DAG files (``iceberg_compaction_1.py``
-...): it writes those too, and removes those the list no longer takes.
+...): it writes those too, asks Airflow's dag-processor to parse the new ones at once (where Airflow's metadata
+database is reachable, as for ``pools``), and removes those the list no longer takes.
 
 ``airflow-iceberg report [--table T] [--html DIR]`` prints, for each table of the table list, its gate (and who
 holds it, the lease left, the writers' acknowledgements), its health now from Iceberg metadata, and its last
@@ -93,6 +94,8 @@ def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
     written, removed = write_dag_files(folder, document.dag_files, remove_surplus=True)
     for path in written:
         print(f"wrote {path}", file=out)
+    if written:
+        print(request_parses(folder, written), file=out)
     for path in removed:
         print(f"removed {path}: the table list no longer takes it", file=out)
     if document.dag_files > 1:
@@ -103,6 +106,45 @@ def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
             file=out,
         )
     return 0
+
+
+def request_parses(folder: Path, paths: list[Path]) -> str:
+    """Ask Airflow's dag-processor to parse ``paths``, new DAG files of ``folder``, at once; what was done, or why not.
+
+    A priority parsing request (Airflow's ``dag_priority_parsing_request``, what the UI's reparse button makes)
+    also makes the dag-processor list the folder's files again, so a new file is parsed within seconds, not at the
+    next listing (``[dag_processor] refresh_interval``, 5 minutes by default). Meanwhile ``iceberg_compaction.py``,
+    parsed every ``min_file_process_interval``, no longer builds the tables that moved, and Airflow would deactivate
+    their DAGs until then. Needs Airflow's metadata database, as ``airflow-iceberg pools`` does; without it, says
+    what that costs.
+    """
+    later = (
+        "Airflow finds them at its next listing of the folder ([dag_processor] refresh_interval), and the tables "
+        "that moved there may lose their DAGs until then"
+    )
+    try:
+        from airflow.dag_processing.bundles.manager import DagBundlesManager
+        from airflow.models.dagbag import DagPriorityParsingRequest
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        here = folder.resolve()
+        bundle = next(
+            (b for b in DagBundlesManager().get_all_dag_bundles() if here.is_relative_to(Path(b.path).resolve())),
+            None,
+        )
+        if bundle is None:
+            return f"{folder} is in none of Airflow's DAG bundles here: {later}"
+        files = [str(path.resolve().relative_to(Path(bundle.path).resolve())) for path in paths]
+        with create_session() as session:
+            asked = DagPriorityParsingRequest.bundle_name == bundle.name
+            pending = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc).where(asked)))
+            session.add_all(DagPriorityParsingRequest(bundle.name, file) for file in files if file not in pending)
+    except Exception as error:  # no metadata database from here: the files are written all the same
+        said = str(error).splitlines()[0] if str(error) else ""
+        names = ", ".join(path.name for path in paths)
+        return f"could not ask Airflow to parse {names} now ({type(error).__name__}: {said}): {later}"
+    return f"asked Airflow's dag-processor to parse {', '.join(files)} of DAG bundle {bundle.name!r} now"
 
 
 def pool_sizes(tables: list) -> dict[str, int]:

@@ -5,6 +5,7 @@ missing, and few DAGs moving when the list grows."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -90,6 +91,62 @@ def test_growing_the_list_by_a_file_moves_only_the_tables_the_new_file_takes(tmp
     assert set(after) - set(before) == {
         f(TableName.parse(n)) for n in tables(35)[30:] for f in (compaction_dag_id, full_rewrite_dag_id)
     }
+
+
+def _parse_requests(bundle: str) -> list[str]:
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = select(DagPriorityParsingRequest.relative_fileloc).where(
+            DagPriorityParsingRequest.bundle_name == bundle
+        )
+        return sorted(session.scalars(query))
+
+
+def test_the_command_asks_airflow_to_parse_the_files_it_writes_at_once(tmp_path, monkeypatch):
+    """At Airflow's defaults the dag-processor lists a DAG folder every 5 minutes, and parses iceberg_compaction.py,
+    which no longer builds the tables that moved, every 30 s: a request in Airflow's metadata database (the UI's
+    reparse) has it list the folder and parse the new file first."""
+    bundle = f"split-{os.getpid()}"
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    config = [{"name": bundle, "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle", "kwargs": {}}]
+    config[0]["kwargs"]["path"] = str(tmp_path)  # the bundle holds the folder, a level up
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps(config))
+    try:
+        write_list(folder, 15)
+        monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(folder / "iceberg_tables.yaml"))
+        out = io.StringIO()
+        assert cli._dags(cli.parser().parse_args(["dags", str(folder)]), out) == 0
+        assert _parse_requests(bundle) == ["dags/iceberg_compaction_1.py"]
+        said = f"asked Airflow's dag-processor to parse dags/iceberg_compaction_1.py of DAG bundle {bundle!r} now"
+        assert said in out.getvalue()
+
+        write_list(folder, 25)  # grown again before the dag-processor claimed the first request: no duplicate
+        assert cli._dags(cli.parser().parse_args(["dags", str(folder)]), io.StringIO()) == 0
+        assert _parse_requests(bundle) == ["dags/iceberg_compaction_1.py", "dags/iceberg_compaction_2.py"]
+    finally:
+        from airflow.models.dagbag import DagPriorityParsingRequest
+        from airflow.utils.session import create_session
+        from sqlalchemy import delete
+
+        with create_session() as session:
+            session.execute(delete(DagPriorityParsingRequest).where(DagPriorityParsingRequest.bundle_name == bundle))
+
+
+def test_a_folder_in_no_dag_bundle_gets_its_files_and_says_when_airflow_finds_them(tmp_path, monkeypatch):
+    out = io.StringIO()
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    write_list(folder, 15)
+    monkeypatch.setenv("AIRFLOW_ICEBERG_CONFIG", str(folder / "iceberg_tables.yaml"))
+    assert cli._dags(cli.parser().parse_args(["dags", str(folder)]), out) == 0
+    assert (folder / "iceberg_compaction_1.py").exists()
+    assert f"{folder} is in none of Airflow's DAG bundles here: Airflow finds them at its next listing" in (
+        out.getvalue()
+    )
 
 
 def test_shrinking_the_list_removes_the_files_it_no_longer_takes(tmp_path, monkeypatch):
