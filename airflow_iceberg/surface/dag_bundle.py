@@ -149,6 +149,7 @@ class TableListDagBundle(LocalDagBundle):
         self._summaries: dict[str, FileSummary] = {}  # their files' summaries at the last look
         self._changed: dict[str, Touch] = {}  # files touched, until their parse is stored: see _follow_parses
         self._handover: Handover | None = None  # new DAG files waiting for their parse: see _end_handover
+        self._in_use: set[int] | None = None  # the compaction DAG files that take tables, by the list last read
 
     @property
     def table_list(self) -> Path:
@@ -197,6 +198,7 @@ class TableListDagBundle(LocalDagBundle):
             document = read_table_list(self.table_list)
         except IcebergConfigError:  # the check DAG file reports the table list's own problems
             document = None
+        self._in_use = document.dag_files_in_use() if document else None
         first = self._write_dag_files(document) if document else []
         if document and not first:
             first = self._touch_gainers(document, changed, now)
@@ -219,7 +221,7 @@ class TableListDagBundle(LocalDagBundle):
         touched = touch_readers(self.path, changed)
         for path in touched:
             file = str(path.relative_to(self.path))
-            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file))
+            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file) and self._takes_tables(file))
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
@@ -350,7 +352,8 @@ class TableListDagBundle(LocalDagBundle):
         parse is still queued or under way changes nothing. The time allowed is the time-out and a refresh for
         each round of ``[dag_processor] parsing_processes`` parses that the files still waiting take, so a file
         queued behind others is not taken for killed. A file that had no DAGs when touched (the table-list check,
-        while the list is sound) shows no parse, and is not followed past that time.
+        while the list is sound), or that the list leaves without tables, shows no parse, and is not followed past
+        that time.
 
         The second: a parse already under way when the file was touched ends after the touch, so Airflow takes the
         touch as seen. If that parse began before the list changed (by its DAGs' last parse and duration, less
@@ -436,6 +439,14 @@ class TableListDagBundle(LocalDagBundle):
 
     def _has_dags(self, file: str) -> bool:
         return self._rows is not None and any(row.file == file for row in self._rows.values())
+
+    def _takes_tables(self, file: str) -> bool:
+        """Whether ``file`` builds DAGs by the table list last read: a compaction DAG file only if the list's tables
+        reach its index (a file the list left without tables shows no parse: its DAGs go); any other reader may."""
+        name = Path(file).name
+        if self._in_use is None or not (name == COMPACTION_DAG_FILE or name.startswith("iceberg_compaction_")):
+            return True
+        return dag_file_index(name) in self._in_use
 
     def _shown(self, paths: list[Path]) -> str:
         return ", ".join(str(path.relative_to(self.path)) for path in paths)

@@ -203,9 +203,10 @@ def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_p
     assert all((folder / name).stat().st_mtime_ns >= changed for name in DAG_FILES), "touched for the second change"
 
 
-def _shrunk(folder: Path, **rows: DagRow) -> Bundle:
+def _shrunk(folder: Path, kept: tuple[str, ...] = ("t0", "t2"), **rows: DagRow) -> Bundle:
     """A bundle on ``folder`` whose table list of t0, t1 and t2 at two tables a file (t2's DAGs in
-    iceberg_compaction_1.py by its name's hash) has just lost t1: one file, and t2 moves to iceberg_compaction.py."""
+    iceberg_compaction_1.py by its name's hash) has just shrunk to ``kept``: one file; by default t1 is taken off,
+    and t2 moves to iceberg_compaction.py."""
     numbered = folder / dag_file_name(1)
     numbered.write_text(dag_file_text(1))
     _age(numbered, HOUR_AGO)
@@ -214,9 +215,8 @@ def _shrunk(folder: Path, **rows: DagRow) -> Bundle:
     )
     _age(folder / "iceberg_tables.yaml", 2 * HOUR_AGO)  # older than the DAG files, as the fixture's list
     bundle = _bundle(folder, **rows)
-    (folder / "iceberg_tables.yaml").write_text(
-        "tables_per_dag_file: 2\ntables: [{table: lake.sales.t0}, {table: lake.sales.t2}]\n"
-    )
+    listed = ", ".join(f"{{table: lake.sales.{name}}}" for name in kept)
+    (folder / "iceberg_tables.yaml").write_text(f"tables_per_dag_file: 2\ntables: [{listed}]\n")
     _age(folder / "iceberg_tables.yaml", 60 * 10**9)  # a minute ago: a parse stored now began after it
     return bundle
 
@@ -250,6 +250,34 @@ def test_a_list_shrunk_below_a_files_worth_gets_the_file_its_tables_move_to_pars
     assert {name for name in after if after[name] > touched[name]} == {dag_file_name(1), "iceberg_table_list_check.py"}
     bundle.refresh()  # once
     assert _mtimes(folder) == after
+
+
+def test_a_dag_file_the_list_leaves_without_tables_is_not_asked_for_again_when_its_parse_finds_none(
+    folder: Path, monkeypatch, caplog
+):
+    """t2 taken off the list with t1: iceberg_compaction_1.py builds nothing now, so no parse of it shows, and that
+    is no parse killed at the time-out."""
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT", "1")
+    bundle = _shrunk(
+        folder,
+        kept=("t0",),
+        t0=DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)),
+        t1=DagRow(COMPACTION_DAG_FILE, False, _parsed(3600)),
+        t2=DagRow(dag_file_name(1), False, _parsed(3600)),
+    )
+    bundle.refresh_interval = 0
+    bundle.refresh()  # iceberg_compaction.py first
+    bundle.rows = {"t0": DagRow(COMPACTION_DAG_FILE, False, _parsed(0)), "t2": bundle.rows["t2"]}
+    bundle.refresh()  # its parse stored: the others now
+    released = _mtimes(folder)
+    bundle.rows = {"t0": bundle.rows["t0"]}  # iceberg_compaction_1.py's parse found nothing: t2's DAGs went
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+        time.sleep(1.1)
+        bundle.refresh()
+    assert _mtimes(folder) == released
+    assert "No parse" not in caplog.text
 
 
 def test_a_list_shrunk_below_a_files_worth_whose_further_file_has_no_dags_touches_every_reader_at_once(folder: Path):
