@@ -203,6 +203,18 @@ def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_p
     assert all((folder / name).stat().st_mtime_ns >= changed for name in DAG_FILES), "touched for the second change"
 
 
+def _asks_for_no_parse_past_the_time_out(bundle: Bundle, folder: Path, caplog) -> None:
+    """Two refreshes past a time-out of 1 s touch no file again and warn of no parse."""
+    before = _mtimes(folder)
+    time.sleep(1.1)
+    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
+        bundle.refresh()
+        time.sleep(1.1)
+        bundle.refresh()
+    assert _mtimes(folder) == before
+    assert "No parse" not in caplog.text
+
+
 def _shrunk(folder: Path, kept: tuple[str, ...] = ("t0", "t2"), **rows: DagRow) -> Bundle:
     """A bundle on ``folder`` whose table list of t0, t1 and t2 at two tables a file (t2's DAGs in
     iceberg_compaction_1.py by its name's hash) has just shrunk to ``kept``: one file; by default t1 is taken off,
@@ -269,15 +281,8 @@ def test_a_dag_file_the_list_leaves_without_tables_is_not_asked_for_again_when_i
     bundle.refresh()  # iceberg_compaction.py first
     bundle.rows = {"t0": DagRow(COMPACTION_DAG_FILE, False, _parsed(0)), "t2": bundle.rows["t2"]}
     bundle.refresh()  # its parse stored: the others now
-    released = _mtimes(folder)
     bundle.rows = {"t0": bundle.rows["t0"]}  # iceberg_compaction_1.py's parse found nothing: t2's DAGs went
-    time.sleep(1.1)
-    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
-        bundle.refresh()
-        time.sleep(1.1)
-        bundle.refresh()
-    assert _mtimes(folder) == released
-    assert "No parse" not in caplog.text
+    _asks_for_no_parse_past_the_time_out(bundle, folder, caplog)
 
 
 def test_a_list_shrunk_below_a_files_worth_whose_further_file_has_no_dags_touches_every_reader_at_once(folder: Path):
@@ -583,15 +588,9 @@ def test_a_touched_file_without_dags_is_not_asked_for_again(folder: Path, monkey
     compaction = "iceberg_compaction.py"
     bundle = _unpaused(folder, compaction)
     bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 20.0)}
-    aged = _list_changed(bundle, "tables: [{table: lake.sales.a}]\n", seconds_ago=30)
+    _list_changed(bundle, "tables: [{table: lake.sales.a}]\n", seconds_ago=30)
     bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 1.0)}
-    time.sleep(1.1)
-    with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
-        bundle.refresh()
-        time.sleep(1.1)
-        bundle.refresh()
-    assert _mtimes(folder) == aged
-    assert "No parse" not in caplog.text
+    _asks_for_no_parse_past_the_time_out(bundle, folder, caplog)
 
 
 def test_a_parse_stored_after_the_touch_is_not_asked_for_again(folder: Path, monkeypatch):
