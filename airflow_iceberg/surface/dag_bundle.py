@@ -63,6 +63,7 @@ from airflow_iceberg.surface.dag_files import (
     builds_its_share,
     dag_file_index,
     dag_file_name,
+    surplus_dag_files,
     write_dag_files,
 )
 from airflow_iceberg.table_list.loader import TableListDocument, config_path, read_table_list
@@ -201,7 +202,7 @@ class TableListDagBundle(LocalDagBundle):
         self._in_use = document.dag_files_in_use() if document else None
         first = self._write_dag_files(document) if document else []
         if document and not first:
-            first = self._touch_gainers(document, changed, now)
+            first = self._touch_gainers(document.dag_files, changed, now)
         if first or self._handover is not None:  # the other touches wait for these files' parses
             first_at = {**(self._handover.first if self._handover else {}), **dict.fromkeys(first, now)}
             self._handover = Handover(first_at, changed)
@@ -216,12 +217,8 @@ class TableListDagBundle(LocalDagBundle):
 
     def _touch_readers(self, changed: int, now: datetime) -> None:
         """Touch each DAG file that reads the table list and is older than its change at ``changed`` (ns)."""
-        # No later than now: a list dated in the future (a skewed clock) was changed by now.
-        list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
         touched = touch_readers(self.path, changed)
-        for path in touched:
-            file = str(path.relative_to(self.path))
-            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file) and self._takes_tables(file))
+        self._follow_touches(touched, changed, now)
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
@@ -257,7 +254,15 @@ class TableListDagBundle(LocalDagBundle):
         self._handover = None
         self._touch_readers(handover.changed, now)
 
-    def _touch_gainers(self, document: TableListDocument, changed: int, now: datetime) -> list[str]:
+    def _follow_touches(self, touched: list[Path], changed: int, now: datetime) -> None:
+        """Follow the parses of the DAG files ``touched`` for the table list's change at ``changed`` (ns)."""
+        # No later than now: a list dated in the future (a skewed clock) was changed by now.
+        list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
+        for path in touched:
+            file = str(path.relative_to(self.path))
+            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file) and self._takes_tables(file))
+
+    def _touch_gainers(self, files: int, changed: int, now: datetime) -> list[str]:
         """When the table list no longer reaches a numbered compaction DAG file that still has DAGs, touch the
         compaction DAG files beside it that take tables, where its tables move; those touched, relative to the
         folder: the handover waits for their parses before the file they leave is parsed and drops them.
@@ -265,26 +270,16 @@ class TableListDagBundle(LocalDagBundle):
         A parse of such a file already under way when the list changed, and stored after this touch, may release
         the others too early; ``_follow_parses`` then parses it once more, and the moved tables' DAGs are back
         within seconds."""
-        files = document.dag_files
-        list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
-        touched: list[str] = []
+        touched: list[Path] = []
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
-            left = [
-                path
-                for path in compaction.parent.glob("iceberg_compaction_*.py")
-                if dag_file_index(path.name) >= files
-                and (summary := self._summaries.get(str(path.relative_to(self.path)))) is not None
-                and summary.dags > 0
-            ]
-            if not left:
+            if not any(
+                self._has_dags(str(path.relative_to(self.path))) for path in surplus_dag_files(compaction.parent, files)
+            ):
                 continue
-            for index in sorted(document.dag_files_in_use()):
-                path = compaction.parent / dag_file_name(index)
-                if path.exists() and touch(path):
-                    file = str(path.relative_to(self.path))
-                    self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file))
-                    touched.append(file)
-        return touched
+            gainers = [compaction.parent / dag_file_name(index) for index in sorted(self._in_use or ())]
+            touched += [path for path in gainers if path.exists() and touch(path)]
+        self._follow_touches(touched, changed, now)
+        return [str(path.relative_to(self.path)) for path in touched]
 
     def _write_dag_files(self, document: TableListDocument) -> list[str]:
         """Write the compaction DAG files that the table list takes beside each ``iceberg_compaction.py`` and that are
@@ -315,8 +310,7 @@ class TableListDagBundle(LocalDagBundle):
                 continue
             if written:
                 log.info("The table list takes %d compaction DAG files: wrote %s", files, self._shown(written))
-                in_use = document.dag_files_in_use()
-                taking += [str(p.relative_to(self.path)) for p in written if dag_file_index(p.name) in in_use]
+                taking += [str(p.relative_to(self.path)) for p in written if self._takes_tables(p.name)]
         return taking
 
     def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:

@@ -100,11 +100,19 @@ def write_dag_files(folder: Path, files: int, *, remove_surplus: bool = False) -
         written.append(path)
     removed = []
     if remove_surplus:
-        for path in sorted(folder.glob("iceberg_compaction_*.py")):
-            if _NUMBERED.fullmatch(path.name) and dag_file_index(path.name) >= files:
-                path.unlink()
-                removed.append(path)
+        for path in surplus_dag_files(folder, files):
+            path.unlink()
+            removed.append(path)
     return written, removed
+
+
+def surplus_dag_files(folder: Path, files: int) -> list[Path]:
+    """The numbered compaction DAG files of ``folder`` that a table list of ``files`` files no longer reaches."""
+    return [
+        path
+        for path in sorted(folder.glob("iceberg_compaction_*.py"))
+        if _NUMBERED.fullmatch(path.name) and dag_file_index(path.name) >= files
+    ]
 
 
 def table_list_problems(folder: Path) -> None:
