@@ -371,12 +371,17 @@ def _last_parsed(airflow: LiveAirflow, dag_file: str) -> Any:
     return airflow.query("SELECT max(last_parsed_time) FROM dag WHERE relative_fileloc = %s", dag_file)[0][0]
 
 
+def _folder(setting: str) -> str:
+    """A folder name for the live Airflow of ``setting``."""
+    return re.sub(r"\W+", "-", setting)
+
+
 def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting: str) -> Watch:
     """Idle, then watching, on one live Airflow under ``setting``; under the fleet setting also one parse, the
     page's list and the writer."""
     fleet_setting = setting != "defaults"
-    name = re.sub(r"\W+", "-", setting)
-    with live_airflow(work / name, fleet, "watch", args, paused=True, settings=SETTINGS_UNDER_TEST[setting]) as air:
+    settings = SETTINGS_UNDER_TEST[setting]
+    with live_airflow(work / _folder(setting), fleet, "watch", args, paused=True, settings=settings) as air:
         time.sleep(args.warm_up)  # the start-up's work done: its first parse, the scheduler's first loops
         idle_cpu, idle_runs, idle_wall = window(air, args.window, f"{setting}, idle")
         since = datetime.now(timezone.utc)
@@ -410,9 +415,8 @@ def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting:
 def airflow_alone(work: Path, args: argparse.Namespace, setting: str = "fleet setting") -> float:
     """Cores of the same live Airflow with an empty table list, under ``setting``, in one window: what Airflow
     itself costs on this machine, the floor under any fleet."""
-    name = re.sub(r"\W+", "-", setting)
     settings = SETTINGS_UNDER_TEST[setting]
-    with live_airflow(work / f"airflow-alone-{name}", [], "no tables", args, settings=settings) as air:
+    with live_airflow(work / f"airflow-alone-{_folder(setting)}", [], "no tables", args, settings=settings) as air:
         time.sleep(args.warm_up)
         cpu, _, wall = window(air, args.window, f"Airflow alone, no tables, {setting}")
     print(f"  Airflow alone, no tables, {setting}: {cpu / wall:.3f} cores")

@@ -43,6 +43,7 @@ def _announcements(live_airflow) -> int:
 
 
 def test_a_table_list_change_takes_effect_within_a_minute(unique_name, live_airflow):
+    assert AIRFLOWS_OWN_IDLE_SLEEP.keys() <= FLEET_SETTINGS.keys(), "the suite's exemption names no line of the setting"
     for name, value in FLEET_SETTINGS.items():  # the setting this test holds to its promise
         if name not in AIRFLOWS_OWN_IDLE_SLEEP:  # the scheduler's, no part of the parse (conftest.py)
             assert live_airflow.env[name] == value, f"the live Airflow does not run the fleet setting's {name}"
