@@ -1,6 +1,6 @@
 """Every exception the provider raises, in one place: catch them from here.
 
-Five belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
+Seven belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
 imports Airflow and pymysql): they are defined beside their code in ``airflow_iceberg.core`` and exported here.
 Each message names the bad value, the table or the connection, and what to do.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 import pymysql
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_iceberg.core.gate_holder import GateBusyError, WritersNotAcknowledgedError
+from airflow_iceberg.core.gate_holder import WritersNotAcknowledgedError
 from airflow_iceberg.core.gate_protocol import WriteGateAccessError
+from airflow_iceberg.core.gate_store import GateBusyError, SparkSlotsBusyError, WriteGateHeldError
 from airflow_iceberg.core.lease import LeaseLostError
 from airflow_iceberg.core.tables import InvalidCallError
 
@@ -54,14 +55,6 @@ class RunParamsError(AirflowFailException):
 
 
 # --- the write gate -------------------------------------------------------------------------------------------
-
-
-class WriteGateHeldError(RuntimeError):
-    """The gate is closed by another run whose lease has not expired."""
-
-
-class SparkSlotsBusyError(RuntimeError):
-    """Every Spark slot of the table's connection is taken, or tables in worse health wait for the free ones."""
 
 
 class WriteGateSchemaError(RuntimeError):

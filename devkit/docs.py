@@ -23,7 +23,7 @@ import annotated_types
 from pydantic import BaseModel, PlainSerializer
 from pydantic.fields import FieldInfo
 
-from airflow_iceberg.core import gate_protocol
+from airflow_iceberg.core import gate_protocol, gate_store
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.table_list import schema
@@ -68,7 +68,12 @@ class Source:
 def sources() -> dict[str, Source]:
     """Each block name and what its block shows."""
     schema = files("airflow_iceberg.hooks").joinpath(SCHEMA_FILE).read_text()
-    statements = {name: Source(value + "\n") for name, value in vars(gate_protocol).items() if name.endswith("_SQL")}
+    statements = {
+        name: Source(value + "\n")
+        for module in (gate_protocol, gate_store)
+        for name, value in vars(module).items()
+        if name.endswith("_SQL") and not name.startswith("_")
+    }
     return {
         SCHEMA_FILE: Source(schema),
         **statements,

@@ -37,8 +37,9 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import owner_connection
+from airflow_iceberg.core.gate_store import GateLease
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets, apply_job_secrets, read_job_secrets
-from airflow_iceberg.core.lease import GateLease, LeaseKeeper, LeaseLostError
+from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
 from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, JobArguments, ProcedureCall, format_result_line

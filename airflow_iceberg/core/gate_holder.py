@@ -16,7 +16,9 @@ Depends on ``pymysql`` alone, like :mod:`airflow_iceberg.core.writer`, so a Spar
 The job appears at the gate as its owner, in the columns a DAG run's id fills (``owner_dag_id``: the job's name,
 ``owner_run_id``: this run), and in the audit trail as ``close`` and ``open``. Its MySQL user needs the owner's
 grants, not only a writer's (docs/write-gate-protocol.md). While it holds the gate it renews its lease
-(:class:`LeaseKeeper`); if the lease is lost, ``on_lost`` must stop the statement before writers resume.
+(:class:`LeaseKeeper`); if the lease is lost, ``on_lost`` must stop the statement before writers resume. It closes,
+renews and opens through the gate's store (:class:`GateStore`), as a DAG run does, and decides that the writers are
+done by the same idle rule (:func:`decide_idle`), on their acknowledgements alone: it reads no snapshots.
 """
 
 from __future__ import annotations
@@ -24,33 +26,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
-from airflow_iceberg.core.gate_protocol import (
-    AUDIT_INSERT_SQL,
-    GATE_ENSURE_ROW_SQL,
-    GATE_SELECT_SQL,
-    OWNER_CLOSE_SQL,
-    OWNER_OPEN_SQL,
-    OWNER_RENEW_SQL,
-    REGISTER_EVERY_SECONDS,
-    WRITERS_SELECT_SQL,
-)
-from airflow_iceberg.core.gate_state import (
-    AuditAction,
-    GateOwner,
-    GateState,
-    WriterState,
-    check_pause_ceiling,
-    decide_close,
-    decide_open,
-)
-from airflow_iceberg.core.lease import GateLease, LeaseKeeper
+from airflow_iceberg.core.gate_protocol import WRITER_GONE_SECONDS
+from airflow_iceberg.core.gate_state import GateOwner, GateState, check_pause_ceiling
+from airflow_iceberg.core.gate_store import GateBusyError, GateLease, GateStore
+from airflow_iceberg.core.idle import NOT_READ, decide_idle
+from airflow_iceberg.core.lease import LeaseKeeper
 
-
-class GateBusyError(TimeoutError):
-    """The gate stayed held by another owner (a compaction, another batch job) for as long as the job would wait."""
+__all__ = ["GateBusyError", "GateHolder", "WritersNotAcknowledgedError"]
 
 
 class WritersNotAcknowledgedError(TimeoutError):
@@ -67,9 +51,8 @@ class GateHolder:
     :param lease_seconds: The lease it closes with and renews by; writers resume when a lease is not renewed.
     :param max_pause_seconds: No renewal extends the pause past this many seconds after closing (None: no cap).
     :param poke_interval: Seconds between two looks while it waits for the gate or for the writers.
-    :param settle_seconds: A gate opened less than this long ago is not closed yet: a writer that acknowledged the
-        closing before and looks every half second or so must see it open, or it would take the new closing for
-        the one it acknowledged and never acknowledge it.
+    :param settle_seconds: A gate opened less than this long ago is not closed yet (the store's settle rule,
+        :data:`~airflow_iceberg.core.gate_store.SETTLE_SECONDS`).
     :param writer_gone_seconds: A writer not seen for this long is taken as stopped without leaving (a killed
         job), not waited for: a running writer says it is there every :data:`REGISTER_EVERY_SECONDS`. One whose
         MySQL is away may still commit meanwhile, which at worst makes the statement fail; nothing is lost.
@@ -88,7 +71,7 @@ class GateHolder:
         max_pause_seconds: int | None = None,
         poke_interval: float = 0.5,
         settle_seconds: float = 2.0,
-        writer_gone_seconds: float = 3 * REGISTER_EVERY_SECONDS,
+        writer_gone_seconds: float = WRITER_GONE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
@@ -99,92 +82,30 @@ class GateHolder:
         self.lease_seconds = lease_seconds
         self.max_pause_seconds = max_pause_seconds
         self.poke_interval = poke_interval
-        self.settle_seconds = settle_seconds
         self.writer_gone_seconds = writer_gone_seconds
         self._connect = connect
+        self._store = GateStore(connect, settle_seconds=settle_seconds, clock=clock, sleep=sleep)
         self._clock = clock
         self._sleep = sleep
         self._log = log
 
-    def _transaction(self, work: Callable[[Any], Any]) -> Any:
-        """``work(cursor)`` in one transaction on a new connection, committed if it returns."""
-        import pymysql
-
-        connection = self._connect()
-        try:
-            with connection.cursor(pymysql.cursors.DictCursor) as cursor:
-                result = work(cursor)
-            connection.commit()
-            return result
-        finally:
-            connection.close()
-
-    def _locked(self, cursor: Any) -> GateState:
-        cursor.execute(GATE_ENSURE_ROW_SQL, (self.table,))
-        cursor.execute(GATE_SELECT_SQL + " FOR UPDATE", (self.table,))
-        return GateState.from_row(cursor.fetchone())
-
-    def try_close(self) -> tuple[bool, GateState]:
-        """Close the gate if the gate's rules allow it (:func:`decide_close`); return whether it did, and the state.
-
-        A refusal changes nothing, the audit trail included: a waiting job, like a waiting run, writes no row. A gate
-        opened less than ``settle_seconds`` ago is left open for now, too.
-        """
-
-        def close(cursor: Any) -> tuple[bool, GateState]:
-            before = self._locked(cursor)
-            change = decide_close(before, self.owner)
-            if not change.allowed or self._just_opened(before):
-                return False, before
-            params = {
-                "table": self.table,
-                "dag_id": self.owner.dag_id,
-                "run_id": self.owner.run_id,
-                "lease_seconds": self.lease_seconds,
-                "max_pause_seconds": self.max_pause_seconds,
-                "renew": change.action == AuditAction.RECLOSE,
-            }
-            cursor.execute(OWNER_CLOSE_SQL, params)
-            cursor.execute(OWNER_RENEW_SQL, (self.table, self.owner.dag_id, self.owner.run_id))
-            cursor.execute(GATE_SELECT_SQL, (self.table,))
-            after = GateState.from_row(cursor.fetchone())
-            audit = (self.table, change.action, self.owner.dag_id, self.owner.run_id, after.lease_expires_at)
-            cursor.execute(AUDIT_INSERT_SQL, (*audit, change.detail))
-            return True, after
-
-        return self._transaction(close)
-
-    def _just_opened(self, state: GateState) -> bool:
-        """The gate opened less than ``settle_seconds`` ago: writers may not have seen it open yet."""
-        if state.state != "open" or state.opened_at is None:
-            return False
-        return (state.database_now - state.opened_at).total_seconds() < self.settle_seconds
-
     def close(self, timeout: float) -> GateState:
         """Close the gate, waiting up to ``timeout`` seconds while another owner holds it (:class:`GateBusyError`)."""
-        deadline = self._clock() + timeout
-        while True:
-            closed, state = self.try_close()
-            if closed:
-                self._log(f"write gate of {self.table} closed by {self.owner} until {state.lease_expires_at} (UTC)")
-                return state
-            if self._clock() >= deadline:
-                raise GateBusyError(
-                    f"the write gate of {self.table} stayed held by {state.owner} for {timeout:g} s, so {self.owner} "
-                    "did not close it and its statement did not run: try again later, or wait longer"
-                )
-            self._sleep(self.poke_interval)
+        state = self._store.close_waiting(
+            self.table,
+            self.owner,
+            lease_seconds=self.lease_seconds,
+            max_pause_seconds=self.max_pause_seconds,
+            timeout=timeout,
+            poke_interval=self.poke_interval,
+            log=lambda message: None,  # a wait is not news; giving up is, and raises
+        )
+        self._log(f"write gate of {self.table} closed by {self.owner} until {state.lease_expires_at} (UTC)")
+        return state
 
     def state(self) -> GateState:
         """The gate row and its writers, read together."""
-
-        def read(cursor: Any) -> GateState:
-            cursor.execute(WRITERS_SELECT_SQL, (self.table,))
-            writers = tuple(WriterState.from_row(row) for row in cursor.fetchall())
-            cursor.execute(GATE_SELECT_SQL, (self.table,))
-            return GateState.from_row(cursor.fetchone(), writers)
-
-        return self._transaction(read)
+        return self._store.state(self.table)
 
     def wait_for_writers(self, timeout: float) -> GateState:
         """Wait until every writer the closing waits for (:meth:`GateState.writers_to_wait_for`) has acknowledged
@@ -193,16 +114,11 @@ class GateHolder:
         deadline = self._clock() + timeout
         while True:
             state = self.state()
-            state.require_held_by(self.owner)
-            seen_since = state.database_now - timedelta(seconds=self.writer_gone_seconds)
-            waiting = [
-                w.writer_id
-                for w in state.writers_to_wait_for()
-                if not state.acknowledged_by(w) and w.seen_at is not None and w.seen_at >= seen_since
-            ]
-            if not waiting:
+            check = decide_idle(state, self.owner, NOT_READ, 0, gone_seconds=self.writer_gone_seconds)
+            if check.done:
                 return state
             if self._clock() >= deadline:
+                waiting = check.writers_waited_for
                 raise WritersNotAcknowledgedError(
                     f"{len(waiting)} writer(s) of {self.table} did not acknowledge the pause within {timeout:g} s "
                     f"({', '.join(waiting)}), so the statement of {self.owner} did not run and the gate was opened: "
@@ -211,17 +127,8 @@ class GateHolder:
             self._sleep(self.poke_interval)
 
     def open(self) -> bool:
-        """Open the gate if this owner holds it (:func:`decide_open`); return whether it did."""
-
-        def open_(cursor: Any) -> bool:
-            change = decide_open(self._locked(cursor), self.owner)
-            if change.allowed:
-                cursor.execute(OWNER_OPEN_SQL, {"table": self.table})
-            audit = (self.table, change.action, self.owner.dag_id, self.owner.run_id, None, change.detail)
-            cursor.execute(AUDIT_INSERT_SQL, audit)
-            return change.allowed
-
-        opened = self._transaction(open_)
+        """Open the gate if this owner holds it; return whether it did."""
+        opened = self._store.open(self.table, self.owner)[0].allowed
         self._log(f"write gate of {self.table} {'opened by' if opened else 'left as it was, not held by'} {self.owner}")
         return opened
 

@@ -3,7 +3,8 @@
 The rule, also in ``docs/write-gate-protocol.md``: **a writer pauses iff ``state = 'closed' AND lease_expires_at >
 NOW()``**, evaluated by MySQL's clock, so a gate whose closing DAG crashed stops pausing writers when its lease
 ends. The docs show these statements as generated from here (``make docs``), and the Flink source's copy in
-``flink/.../WriteGate.java`` is checked against them word for word.
+``flink/.../WriteGate.java`` is checked against them word for word. The owner's statements (close, renew, open)
+are the gate store's, ``gate_store.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ WRITER_TABLE = "iceberg_write_gate_writer"
 #: How often, at least, a writer says it is there; a compaction waits for every writer seen within
 #: :data:`WRITER_SEEN_WINDOW_SECONDS` (or a lease, if longer) of its closing, so this must stay well below that.
 REGISTER_EVERY_SECONDS = 10.0
+
+
+#: A writer not seen for this long, three of a running writer's registrations, has stopped without leaving (a
+#: killed job): a job that holds the gate without reading the table's snapshots no longer waits for it.
+WRITER_GONE_SECONDS = 3 * REGISTER_EVERY_SECONDS
 
 
 #: The least time before a gate's closing within which a writer counts as present (see above).
@@ -78,61 +84,6 @@ WHERE table_name = %s AND writer_id = %s"""
 #: A writer that stops for good says so (parameters: table, writer id), so compactions stop waiting for it.
 WRITER_LEAVE_SQL = f"""UPDATE {WRITER_TABLE} SET seen_at = NULL, ack_at = NULL
 WHERE table_name = %s AND writer_id = %s"""
-
-
-#: How the run holding a gate renews its lease (parameters: table, owner DAG id, owner run id): by the lease it
-#: closed with, never past the pause's deadline, and only while it still holds the gate. Run by the owner's
-#: tasks through WriteGateHook, and by the rewrite's Spark driver (:class:`LeaseKeeper`) while it works.
-OWNER_RENEW_SQL = f"""UPDATE {GATE_TABLE}
-SET lease_expires_at = LEAST(NOW(6) + INTERVAL lease_seconds SECOND,
-                             COALESCE(pause_deadline, NOW(6) + INTERVAL lease_seconds SECOND))
-WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
-  AND state = 'closed' AND lease_expires_at > NOW(6)"""
-
-
-#: What the owner's lease has left after a renewal (same parameters); no row: the run no longer holds the gate.
-OWNER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left,
-       lease_expires_at >= pause_deadline AS at_pause_deadline
-FROM {GATE_TABLE}
-WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
-  AND state = 'closed' AND lease_expires_at > NOW(6)"""
-
-
-#: The owner's statements, run by WriteGateHook for DAG runs and by GateHolder for jobs that hold a gate
-#: themselves: each change locks the row (GATE_ENSURE_ROW_SQL, then GATE_SELECT_SQL FOR UPDATE), decides by the
-#: rules of ``gate_state.py``, and writes the change and its audit row in one transaction.
-GATE_ENSURE_ROW_SQL = f"""INSERT INTO {GATE_TABLE} (table_name) VALUES (%s)
-    ON DUPLICATE KEY UPDATE table_name = table_name"""
-
-GATE_SELECT_ALL_SQL = (
-    "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
-    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE}"
-)
-GATE_SELECT_SQL = f"{GATE_SELECT_ALL_SQL} WHERE table_name = %s"
-
-WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id, busy_until FROM {WRITER_TABLE}
-    WHERE table_name = %s ORDER BY writer_id"""
-
-#: Applied only after decide_close allowed it, on the row locked as above, and followed by the owner's
-#: renewal (OWNER_RENEW_SQL), which caps the lease at the pause's deadline. An owner's re-close keeps its
-#: original close time and deadline.
-OWNER_CLOSE_SQL = f"""UPDATE {GATE_TABLE}
-    SET closed_at = IF(%(renew)s, closed_at, NOW(6)), state = 'closed',
-        owner_dag_id = %(dag_id)s, owner_run_id = %(run_id)s, lease_seconds = %(lease_seconds)s,
-        pause_deadline = CASE WHEN %(renew)s THEN pause_deadline
-                              WHEN %(max_pause_seconds)s IS NULL THEN NULL
-                              ELSE NOW(6) + INTERVAL %(max_pause_seconds)s SECOND END,
-        lease_expires_at = NOW(6) + INTERVAL %(lease_seconds)s SECOND
-    WHERE table_name = %(table)s"""
-
-OWNER_OPEN_SQL = f"""UPDATE {GATE_TABLE}
-    SET state = 'open', opened_at = NOW(6), lease_expires_at = NULL, owner_dag_id = NULL, owner_run_id = NULL,
-        lease_seconds = NULL, pause_deadline = NULL
-    WHERE table_name = %(table)s"""
-
-AUDIT_INSERT_SQL = f"""INSERT INTO {AUDIT_TABLE}
-    (table_name, action, owner_dag_id, owner_run_id, lease_expires_at, detail)
-    VALUES (%s, %s, %s, %s, %s, %s)"""
 
 
 #: The session of every connection that may lock a gate row: closing, renewing, opening, forcing open. An owner

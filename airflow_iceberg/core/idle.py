@@ -1,16 +1,29 @@
 """The idle rule: have a gated table's writers gone idle, or acknowledged, while a run holds its gate?
 
-On values alone (the gate's state, the table's newest snapshot), so that the sensor, its trigger and the tests
-decide alike; :mod:`airflow_iceberg.triggers.snapshot_idle` reads those values from MySQL and the catalog.
+On values alone (the gate's state, the table's newest snapshot), so that the sensor, its trigger, a batch job that
+holds the gate itself (``GateHolder``) and the tests decide alike; :mod:`airflow_iceberg.triggers.snapshot_idle`
+reads those values from MySQL and the catalog.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from enum import Enum
+from typing import Any, Literal
 
-from airflow_iceberg.core.gate_state import GateOwner, GateState
+from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
+
+
+class Unread(Enum):
+    """For :func:`decide_idle`'s ``newest``: the caller did not read the table's snapshots."""
+
+    NOT_READ = "not read"
+
+
+#: The table's snapshots were not read (a batch job that holds the gate has no catalog of its own): the writers are
+#: done by their acknowledgements alone, and a writer not seen for a while counts as gone (``gone_seconds``).
+NOT_READ = Unread.NOT_READ
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,14 @@ class IdleCheck:
     #: The writers waited for whose write was under way, unacknowledged: a table with no new commit is not idle
     #: while one is.
     writers_busy: tuple[str, ...] = ()
+    #: The writers waited for that were not seen for ``gone_seconds`` and had not acknowledged: taken as stopped.
+    writers_gone: tuple[str, ...] = ()
+
+    @property
+    def writers_waited_for(self) -> tuple[str, ...]:
+        """The writers still waited for: neither acknowledged nor gone."""
+        done = set(self.writers_acknowledged) | set(self.writers_gone)
+        return tuple(w for w in self.writers if w not in done)
 
     def as_xcom(self) -> dict[str, Any]:
         return {
@@ -64,6 +85,7 @@ class IdleCheck:
             "writers": list(self.writers),
             "writers_acknowledged": list(self.writers_acknowledged),
             "writers_busy": list(self.writers_busy),
+            "writers_gone": list(self.writers_gone),
             "idle_for_seconds": round(self.idle_for_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
@@ -111,7 +133,14 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
     )
 
 
-def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle_seconds: int) -> IdleCheck:
+def decide_idle(
+    gate: GateState,
+    owner: GateOwner,
+    newest: Snapshot | None | Literal[Unread.NOT_READ],
+    idle_seconds: int,
+    *,
+    gone_seconds: float | None = None,
+) -> IdleCheck:
     """Whether the table's writers have gone idle while ``owner`` holds the gate.
 
     Idle means either: every writer seen within a lease of the closing (:meth:`GateState.writers_to_wait_for`)
@@ -121,31 +150,48 @@ def decide_idle(gate: GateState, owner: GateOwner, newest: Snapshot | None, idle
     snapshot, by the database clock, and no writer that has not acknowledged is in the middle of a write
     (:meth:`GateState.writers_busy`): its commit is still to come.
 
+    With ``newest`` :data:`NOT_READ` there is no newest snapshot to compare and no idle window: the writers are
+    done once every one waited for has acknowledged, or is gone, not seen for ``gone_seconds`` (a running writer
+    says it is there every few seconds). A caller that reads the snapshots leaves ``gone_seconds`` None: its idle
+    window covers a writer that stopped without leaving, and a writer that only lost its way to MySQL is still
+    waited for.
+
     Raises :class:`LeaseLostError` if ``owner`` no longer holds the gate: a writer may be committing.
     """
     gate.require_held_by(owner)
     assert gate.closed_at is not None  # a held gate has a close time
-    idle_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
-    idle_for_seconds = (gate.database_now - idle_since).total_seconds()
-    newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
     expected = gate.writers_to_wait_for()
-    acknowledging = tuple(w for w in expected if gate.acknowledged_by(w))
+    gone: tuple[WriterState, ...] = ()
+    if gone_seconds is not None:
+        seen_since = gate.database_now - timedelta(seconds=gone_seconds)
+        gone = tuple(
+            w for w in expected if not gate.acknowledged_by(w) and (w.seen_at is None or w.seen_at < seen_since)
+        )
+    present = tuple(w for w in expected if w not in gone)
+    acknowledging = tuple(w for w in present if gate.acknowledged_by(w))
+    every_one = len(acknowledging) == len(present)
+    read = newest is not NOT_READ
+    snapshot = newest if isinstance(newest, Snapshot) else None
+    idle_since = max(gate.closed_at, snapshot.committed_at) if snapshot else gate.closed_at
+    idle_for_seconds = (gate.database_now - idle_since).total_seconds()
+    newest_id = snapshot.snapshot_id if snapshot else None  # a writer of an empty table acknowledges with None
     busy = gate.writers_busy()
-    acknowledged = (
-        bool(expected)
-        and len(acknowledging) == len(expected)
-        and newest_id in {w.ack_snapshot_id for w in acknowledging}
-    )
+    if read:
+        acknowledged = bool(present) and every_one and newest_id in {w.ack_snapshot_id for w in acknowledging}
+        done = acknowledged or (idle_for_seconds >= idle_seconds and not busy)
+    else:
+        acknowledged = done = every_one
     return IdleCheck(
         writers=tuple(w.writer_id for w in expected),
         writers_acknowledged=tuple(w.writer_id for w in acknowledging),
         writers_busy=tuple(w.writer_id for w in busy),
-        done=acknowledged or (idle_for_seconds >= idle_seconds and not busy),
+        writers_gone=tuple(w.writer_id for w in gone),
+        done=done,
         acknowledged=acknowledged,
         idle_for_seconds=idle_for_seconds,
         idle_seconds=idle_seconds,
         gate_closed_at=gate.closed_at,
         newest_snapshot_id=newest_id,
-        newest_snapshot_at=newest.committed_at if newest else None,
-        newest_snapshot_by=newest.committed_by if newest else None,
+        newest_snapshot_at=snapshot.committed_at if snapshot else None,
+        newest_snapshot_by=snapshot.committed_by if snapshot else None,
     )

@@ -9,9 +9,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_iceberg.core.gate_protocol import OWNER_LEASE_SQL, OWNER_RENEW_SQL
+if TYPE_CHECKING:
+    from airflow_iceberg.core.gate_state import GateOwner
+
 
 #: How a lease is lost, as each reason says it (:func:`lease_loss`): taken from the run, at the pause's ceiling, or
 #: not renewed in time because the gate's MySQL did not answer (the run still held the gate).
@@ -27,6 +29,14 @@ _NOT_RENEWED = "could not be renewed"
 class LeaseLostError(RuntimeError):
     """The run's lease cannot be kept (it was taken over or forced open, it reached the pause's ceiling, or it could
     not be renewed in time): stop the work before writers resume."""
+
+
+def lease_taken(table: str, owner: GateOwner) -> str:
+    """The reason of a lease that a renewal found no longer ``owner``'s."""
+    return (
+        f"the write gate of {table} {_NO_LONGER_HELD} {owner}: its lease ended, another run took it over, or someone "
+        "forced it open"
+    )
 
 
 def lease_loss(reason: str) -> str:
@@ -46,43 +56,14 @@ class Lease:
     at_pause_deadline: bool
 
 
-class GateLease:
-    """The owner's side of a gate: renew the lease of a gate one DAG run holds.
+class RenewableLease(Protocol):
+    """A lease its owner can renew: :class:`~airflow_iceberg.core.gate_store.GateLease`, or a test's."""
 
-    :param table: The table, ``catalog.namespace.table``.
-    :param dag_id: DAG id of the run that holds the gate.
-    :param run_id: Run id of the run that holds the gate.
-    :param connect: Returns a new pymysql connection to the gate's database.
-    """
-
-    def __init__(self, table: str, dag_id: str, run_id: str, connect: Callable[[], Any]) -> None:
-        self.table = table
-        self.owner = (dag_id, run_id)
-        self._connect = connect
+    table: str
 
     def renew(self) -> Lease:
-        """Renew the lease; raise :class:`LeaseLostError` if the run no longer holds the gate.
-
-        MySQL errors propagate: an unreachable database is not a lost lease, but the caller must stop working
-        before the last lease it got runs out.
-        """
-        import pymysql
-
-        connection = self._connect()
-        try:
-            with connection.cursor(pymysql.cursors.DictCursor) as cursor:
-                cursor.execute(OWNER_RENEW_SQL, (self.table, *self.owner))
-                cursor.execute(OWNER_LEASE_SQL, (self.table, *self.owner))
-                row = cursor.fetchone()
-            connection.commit()
-        finally:
-            connection.close()
-        if row is None:
-            raise LeaseLostError(
-                f"the write gate of {self.table} {_NO_LONGER_HELD} dag {self.owner[0]!r} run {self.owner[1]!r}: "
-                "its lease ended, another run took it over, or someone forced it open"
-            )
-        return Lease(float(row["lease_seconds_left"]), bool(row["at_pause_deadline"]))
+        """Renew; raise :class:`LeaseLostError` if the owner no longer holds the gate."""
+        ...
 
 
 class LeaseKeeper:
@@ -109,7 +90,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        lease: GateLease,
+        lease: RenewableLease,
         on_lost: Callable[[str], None],
         *,
         every: float,
@@ -133,7 +114,7 @@ class LeaseKeeper:
         self.lost: str | None = None
 
     @classmethod
-    def for_lease(cls, lease: GateLease, lease_seconds: float, on_lost: Callable[[str], None], **kwargs: Any):
+    def for_lease(cls, lease: RenewableLease, lease_seconds: float, on_lost: Callable[[str], None], **kwargs: Any):
         """A keeper that renews a quarter of the lease at a time and stops the work a quarter early (2-15 s)."""
         return cls(
             lease, on_lost, every=max(1.0, lease_seconds / 4), margin=max(2.0, min(15.0, lease_seconds / 4)), **kwargs

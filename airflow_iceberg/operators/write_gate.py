@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
-from airflow_iceberg.core.gate_state import GateOwner, check_lease_seconds
+from airflow_iceberg.core.gate_state import check_lease_seconds
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
+from airflow_iceberg.exceptions import GateBusyError, SparkSlotsBusyError
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 
 
@@ -99,49 +98,22 @@ class CloseWriteGateOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
+        close = {"lease_seconds": self.lease_seconds, "max_pause_seconds": self.max_pause_seconds}
         slot = self._slot_request(context)
-        if self.deferrable:
-            return self._close_or_defer(hook, owner, slot)
-        deadline = time.monotonic() + self.gate_wait_seconds
-        while True:
-            current = hook.get_state(self.table)
-            if not current.held_by_another(owner) or time.monotonic() >= deadline:
-                try:
-                    state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds, slot)
-                    break
-                except WriteGateHeldError:
-                    if time.monotonic() >= deadline:
-                        raise
-                except SparkSlotsBusyError as busy:
-                    if time.monotonic() >= deadline:
-                        raise SparkSlotsBusyError(f"gave up after {self.gate_wait_seconds} s: {busy}") from None
-                    self.log.info("%s; the gate stays open meanwhile", busy)
-                    time.sleep(self.poke_interval)
-                    continue
-            self.log.info(
-                "Write gate of %s is held by %s until %s; waiting", self.table, current.owner, current.lease_expires_at
+        if not self.deferrable or self.gate_wait_seconds == 0:
+            state = hook.close_gate_waiting(
+                self.table, owner, **close, slot=slot, timeout=self.gate_wait_seconds, poke_interval=self.poke_interval
             )
-            time.sleep(self.poke_interval)
-        return {"table": str(self.table), **state.close_times()}
-
-    def _close_or_defer(self, hook: WriteGateHook, owner: GateOwner, slot: SparkSlotRequest | None) -> dict[str, str]:
-        """One look in the worker; if the run must wait, the waiting in the triggerer."""
+            return {"table": str(self.table), **state.close_times()}
+        # One look in the worker; if the run must wait, the waiting in the triggerer.
+        attempt = hook.store.close(str(self.table), owner, **close, slot=slot, only_if_free=True)
+        if attempt.closed:
+            return {"table": str(self.table), **attempt.state.close_times()}
+        self.log.info("%s; waiting in the triggerer, the gate open meanwhile", attempt.detail)
         from datetime import datetime, timedelta, timezone
 
         from airflow_iceberg.triggers.close_gate import CloseGateTrigger
 
-        current = hook.get_state(self.table)
-        if current.held_by_another(owner) and self.gate_wait_seconds > 0:  # only read it
-            self.log.info("Write gate of %s is held by %s; waiting in the triggerer", self.table, current.owner)
-        else:
-            try:
-                state = hook.close_gate(self.table, owner, self.lease_seconds, self.max_pause_seconds, slot)
-            except (WriteGateHeldError, SparkSlotsBusyError) as waiting:
-                if self.gate_wait_seconds == 0:
-                    raise
-                self.log.info("%s; waiting in the triggerer, the gate open meanwhile", waiting)
-            else:
-                return {"table": str(self.table), **state.close_times()}
         deadline = datetime.now(timezone.utc) + timedelta(seconds=self.gate_wait_seconds)
         self.defer(
             trigger=CloseGateTrigger(
@@ -162,7 +134,7 @@ class CloseWriteGateOperator(BaseOperator):
     def execute_complete(self, context: Context | Mapping[str, Any], event: dict[str, Any]) -> dict[str, str]:
         """The gate closed (in the triggerer, or at the first look), or why the wait gave up."""
         if not event.get("closed"):
-            error = {"SparkSlotsBusyError": SparkSlotsBusyError, "WriteGateHeldError": WriteGateHeldError}.get(
+            error = {"SparkSlotsBusyError": SparkSlotsBusyError, "WriteGateHeldError": GateBusyError}.get(
                 event.get("error", ""), RuntimeError
             )
             raise error(f"gave up after {self.gate_wait_seconds} s: {event.get('message')}")

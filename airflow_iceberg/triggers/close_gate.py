@@ -5,9 +5,10 @@ work at once on few Spark slots), close_gate tasks that wait in their workers ca
 the runs that got a slot then cannot run their next task, and nothing moves until the waiters give up. A run
 waiting here holds no worker.
 
-Each look reads the gate, and while another run holds it, only reads it, as the task's own looks do; otherwise it is
-:meth:`WriteGateHook.close_gate` itself: one transaction that takes the gate (and a slot) or changes nothing. A
-look asks for the slot again, which keeps the run's place in the queue.
+Each look is the gate store's close (:meth:`GateStore.close`), as each of the task's own looks is: while another run
+holds the gate it only reads it, and the look at the deadline is a real attempt whose refusal is audited; otherwise
+one transaction takes the gate (and a slot) or changes nothing. A look asks for the slot again, which keeps the
+run's place in the queue.
 A triggerer that dies after closing and before the task resumes is harmless: the next triggerer's first look finds
 the gate this run's and renews it, keeping the close time; if none does, the lease ends and writers resume.
 """
@@ -22,8 +23,8 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.gate_store import CloseAttempt
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
-from airflow_iceberg.exceptions import SparkSlotsBusyError, WriteGateHeldError
 
 
 class CloseGateTrigger(BaseTrigger):
@@ -76,30 +77,33 @@ class CloseGateTrigger(BaseTrigger):
             },
         )
 
-    def _close(self) -> dict[str, Any]:
+    def _look(self, last: bool) -> CloseAttempt:
         from airflow_iceberg.hooks.write_gate import WriteGateHook
 
-        hook = WriteGateHook(self.write_gate_conn_id)
-        current = hook.get_state(self.table)
-        if current.held_by_another(self.owner):  # only read: the audit trail keeps real attempts
-            raise WriteGateHeldError(
-                f"Write gate of {self.table} is held by {current.owner} until {current.lease_expires_at}"
-            )
-        state = hook.close_gate(self.table, self.owner, self.lease_seconds, self.max_pause_seconds, self.slot)
-        return {"closed": True, **state.close_times()}
+        return WriteGateHook(self.write_gate_conn_id).store.close(
+            self.table,
+            self.owner,
+            lease_seconds=self.lease_seconds,
+            max_pause_seconds=self.max_pause_seconds,
+            slot=self.slot,
+            only_if_free=not last,
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
+            last = datetime.now(timezone.utc) >= self.deadline
             try:
-                yield TriggerEvent(await asyncio.to_thread(self._close))
+                attempt = await asyncio.to_thread(self._look, last)
+                if attempt.closed:
+                    yield TriggerEvent({"closed": True, **attempt.state.close_times()})
+                    return
+                error, message = attempt.refused.__name__ if attempt.refused else "RuntimeError", attempt.detail
+                self.log.info("%s; the gate stays open meanwhile", message)
+            except Exception as failed:  # the gate's database unreachable: look again until the deadline
+                error, message = type(failed).__name__, str(failed)
+                self.log.warning("Could not close the gate of %s: %s: %s", self.table, error, message)
+            if last:
+                yield TriggerEvent({"closed": False, "error": error, "message": message})
                 return
-            except (WriteGateHeldError, SparkSlotsBusyError) as waiting:
-                last: BaseException = waiting
-                self.log.info("%s; the gate stays open meanwhile", waiting)
-            except Exception as error:  # the gate's database unreachable: look again until the deadline
-                last = error
-                self.log.warning("Could not close the gate of %s: %s: %s", self.table, type(error).__name__, error)
-            if datetime.now(timezone.utc) >= self.deadline:
-                yield TriggerEvent({"closed": False, "error": type(last).__name__, "message": str(last)})
-                return
-            await asyncio.sleep(self.poke_interval)
+            left = (self.deadline - datetime.now(timezone.utc)).total_seconds()
+            await asyncio.sleep(max(0.0, min(self.poke_interval, left)))

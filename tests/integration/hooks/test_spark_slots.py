@@ -198,7 +198,7 @@ def test_a_deferrable_close_task_closes_in_the_worker_when_it_need_not_wait(gate
     assert result["table"] == t1 and writer_paused(gate_hook, t1)
 
 
-def test_the_trigger_gives_up_at_its_deadline_having_only_read_a_gate_another_run_holds(gate_hook, fleet):
+def test_the_trigger_gives_up_at_its_deadline_with_one_refusal_having_only_read_the_gate_before(gate_hook, fleet):
     (t1, _, _), conn = fleet
     other = GateOwner("iceberg_full_rewrite__x", "scheduled__1")
     gate_hook.close_gate(t1, other, 600, 600)
@@ -208,6 +208,10 @@ def test_the_trigger_gives_up_at_its_deadline_having_only_read_a_gate_another_ru
     event = first_event(deferred.value.trigger)
     assert (event["closed"], event["error"]) == (False, "WriteGateHeldError")
     assert gate_hook.get_state(t1).owner == other
-    assert [a["action"] for a in gate_hook.audit_trail(t1)] == ["close"]  # the other run's; no refused attempts
-    with pytest.raises(WriteGateHeldError, match=f"gave up after 1 s: Write gate of {t1} is held by"):
+    # The other run's close, and the last look's refusal at the deadline, as a close task in its worker gives up.
+    assert [(a["action"], a["owner_dag_id"]) for a in gate_hook.audit_trail(t1)] == [
+        ("close", other.dag_id),
+        ("close_refused", owner(t1).dag_id),
+    ]
+    with pytest.raises(WriteGateHeldError, match=f"gave up after 1 s: the write gate of {t1} is held by"):
         task.execute_complete(context_of(t1), event)

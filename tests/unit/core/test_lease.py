@@ -7,7 +7,8 @@ import threading
 import pymysql
 import pytest
 
-from airflow_iceberg.core.lease import GateLease, Lease, LeaseKeeper, LeaseLostError, lease_loss
+from airflow_iceberg.core.gate_store import GateLease
+from airflow_iceberg.core.lease import Lease, LeaseKeeper, LeaseLostError, lease_loss
 from tests.unit.core.fake_clock import FakeClock
 
 TABLE = "lake.db.events"

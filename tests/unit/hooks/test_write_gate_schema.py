@@ -9,12 +9,17 @@ import re
 
 import pytest
 
-from airflow_iceberg.core import gate_protocol
+from airflow_iceberg.core import gate_protocol, gate_store
 from airflow_iceberg.core.gate_protocol import AUDIT_TABLE, GATE_TABLE, WRITER_TABLE
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_TABLE, gate_schema, parse_schema
 
-#: Every statement a writer runs, and every statement the lease's owner runs from Spark.
-PROTOCOL_STATEMENTS = {name: value for name, value in vars(gate_protocol).items() if name.endswith("_SQL")}
+#: Every statement a writer runs, and every statement the gate's owner runs.
+PROTOCOL_STATEMENTS = {
+    name: value
+    for module in (gate_protocol, gate_store)
+    for name, value in vars(module).items()
+    if name.endswith("_SQL")
+}
 
 
 def created_tables(statements) -> set[str]:
