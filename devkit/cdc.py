@@ -23,7 +23,7 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 from airflow.sdk import BaseHook
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import BucketTransform
+from pyiceberg.transforms import BucketTransform, TruncateTransform
 from pyiceberg.types import LongType, NestedField, StringType
 
 from airflow_iceberg.core.tables import TableName
@@ -41,10 +41,15 @@ MERGE_ON_READ = {f"write.{kind}.mode": "merge-on-read" for kind in ("delete", "u
 
 
 def create_cdc_table(
-    table: TableName, buckets: int = 4, format_version: int = 2, properties: dict[str, str] | None = None
+    table: TableName,
+    buckets: int = 4,
+    format_version: int = 2,
+    properties: dict[str, str] | None = None,
+    key_ranges: int | None = None,
 ) -> None:
     """A table keyed by ``id`` (its identifier field, as Flink's upsert needs), in ``buckets`` buckets of it, with
-    columns ``v`` (the change's value) and ``seq``, and ``properties``."""
+    columns ``v`` (the change's value) and ``seq``, and ``properties``. With ``key_ranges``, partitioned instead by
+    ranges of that many keys (``truncate(key_ranges, id)``): writers of keys apart write partitions apart."""
     catalog = IcebergHook(table.catalog).get_conn()
     catalog.create_namespace_if_not_exists(table.namespace)
     schema = Schema(
@@ -53,9 +58,9 @@ def create_cdc_table(
         NestedField(3, "seq", LongType()),
         identifier_field_ids=[1],
     )
-    spec = PartitionSpec(
-        PartitionField(source_id=1, field_id=1000, transform=BucketTransform(buckets), name="id_bucket")
-    )
+    transform = BucketTransform(buckets) if key_ranges is None else TruncateTransform(key_ranges)
+    name = "id_bucket" if key_ranges is None else "id_range"
+    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=transform, name=name))
     catalog.create_table(
         table.in_catalog,
         schema,

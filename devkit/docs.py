@@ -23,7 +23,7 @@ import annotated_types
 from pydantic import BaseModel, PlainSerializer
 from pydantic.fields import FieldInfo
 
-from airflow_iceberg.core import gate_protocol, gate_store
+from airflow_iceberg.core import conflicts, gate_protocol, gate_store
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
 from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.table_list import schema
@@ -41,6 +41,8 @@ INSTALL_BLOCK = "stacks-install"
 FLINK_SQL_SCRIPTS = DOCS.parent / "tests" / "integration" / "flink_sql"
 #: The name of the block that shows the fleet setting (``FLEET_SETTINGS``) as ``airflow.cfg`` sections.
 FLEET_SETTING_BLOCK = "fleet-setting"
+#: The name of the block that shows the conflict rule (``core/conflicts.py``) as a table, cell by cell.
+CONFLICTS_BLOCK = "conflict-table"
 #: The table list's models, in the order the reference shows them, each with where it sits in an entry.
 SETTINGS_MODELS: list[tuple[str, type[BaseModel]]] = [
     ("an entry of `tables` (and `defaults`)", schema.TableConfig),
@@ -81,6 +83,7 @@ def sources() -> dict[str, Source]:
         STACKS_BLOCK: Source(stacks_table(), fence=None),
         INSTALL_BLOCK: Source(stacks_install(), fence=None),
         FLEET_SETTING_BLOCK: Source(fleet_setting(), fence="ini"),
+        CONFLICTS_BLOCK: Source(conflict_table(), fence=None),
         **{script.name: Source(script.read_text()) for script in sorted(FLINK_SQL_SCRIPTS.glob("*.sql"))},
     }
 
@@ -92,6 +95,73 @@ def fleet_setting() -> str:
         section, key = variable.removeprefix("AIRFLOW__").lower().split("__")
         sections.setdefault(section, []).append(f"{key} = {value}")
     return "\n".join(f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items())
+
+
+# --- The conflict rule ------------------------------------------------------------------------------------------
+
+#: The writers the table shows, one per row: what each declares, and the Iceberg it commits with.
+CONFLICT_WRITERS: list[tuple[str, conflicts.WriterCommits]] = [
+    ("declares nothing (a writer of the previous protocol)", conflicts.WriterCommits("w", None)),
+    ("appends", conflicts.WriterCommits("w", conflicts.CommitKind.APPENDS, None, "spark.app.id=a")),
+    (
+        "upserts, Flink's sink on Iceberg 1.5",
+        conflicts.WriterCommits("w", conflicts.CommitKind.UPSERTS, "1.5.2", "f=1"),
+    ),
+    ("upserts, Iceberg 1.6 to 1.10", conflicts.WriterCommits("w", conflicts.CommitKind.UPSERTS, "1.10.1", "f=1")),
+    ("upserts, Iceberg 1.11 and later", conflicts.WriterCommits("w", conflicts.CommitKind.UPSERTS, "1.11.0", "f=1")),
+    ("row-level (declared, or seen)", conflicts.WriterCommits("w", conflicts.CommitKind.ROW_LEVEL, None, "f=1")),
+]
+_REWRITES = (conflicts.REWRITE_DATA_FILES, conflicts.REWRITE_POSITION_DELETE_FILES)
+_SNAPSHOT, _MOR = conflicts.Isolation.SNAPSHOT, conflicts.WriteMode.MERGE_ON_READ
+#: The work a gate guards, one per column.
+CONFLICT_WORKS: list[tuple[str, conflicts.GuardedWork]] = [
+    ("a compaction, format v2", conflicts.GuardedWork(_REWRITES, format_version=2)),
+    ("a compaction, format v3", conflicts.GuardedWork(_REWRITES, format_version=3)),
+    (
+        "`rewrite_data_files` with `use-starting-sequence-number` false",
+        conflicts.GuardedWork(_REWRITES[:1], format_version=2, use_starting_sequence_number=False),
+    ),
+    (
+        "merge-on-read `DELETE`, snapshot isolation",
+        conflicts.GuardedWork(statement=conflicts.BatchStatement(conflicts.Command.DELETE, _SNAPSHOT, _MOR)),
+    ),
+    (
+        "merge-on-read `UPDATE` or `MERGE`, snapshot isolation",
+        conflicts.GuardedWork(statement=conflicts.BatchStatement(conflicts.Command.MERGE, _SNAPSHOT, _MOR)),
+    ),
+    (
+        "copy-on-write statement, snapshot isolation",
+        conflicts.GuardedWork(statement=conflicts.BatchStatement(conflicts.Command.DELETE, _SNAPSHOT)),
+    ),
+    (
+        "any statement, serializable isolation (the default)",
+        conflicts.GuardedWork(statement=conflicts.BatchStatement(conflicts.Command.MERGE)),
+    ),
+]
+
+
+def conflict_table() -> str:
+    """:func:`conflicts.must_pause` for each writer by each work, as a markdown table: each cell says whether the
+    writer pauses and points to the reason about the work, listed once below it."""
+    reasons: list[str] = []
+
+    def cell(work: conflicts.GuardedWork, writer: conflicts.WriterCommits) -> str:
+        decision = conflicts.must_pause(work, writer)
+        if decision.because not in reasons:
+            reasons.append(decision.because)
+        said = "**pauses**" if decision.pause else "keeps committing"
+        return f"{said} ({reasons.index(decision.because) + 1})"
+
+    lines = [
+        "| the writer | " + " | ".join(title for title, _ in CONFLICT_WORKS) + " |",
+        "|---|" + "---|" * len(CONFLICT_WORKS),
+    ]
+    lines += [
+        f"| {title} | " + " | ".join(cell(work, writer) for _, work in CONFLICT_WORKS) + " |"
+        for title, writer in CONFLICT_WRITERS
+    ]
+    listed = "\n".join(f"{number}. {_cell(reason)}" for number, reason in enumerate(reasons, start=1))
+    return "\n".join(lines) + f"\n\n{listed}\n"
 
 
 # --- The stacks' matrix ----------------------------------------------------------------------------------------

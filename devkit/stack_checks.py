@@ -11,9 +11,10 @@ Spark environment, Spark jars and Flink line's build (the Airflow side is one fo
 - the daily full rewrite with its maintenance, beside a gated writer.
 
 Each check writes what it measured to ``build/stacks/<stack>/checks/`` (``tests/integration/conftest.py``), and
-this prints them as one table: stack by check, with pass or fail, how long each pause closed the gate, failed
-commits on each side and whether the table's rows are exactly what the writers wrote; then what the ungated
-controls saw fail, exception by exception.
+this prints them as one table: stack by check, with pass or fail, how long each compaction closed the gate, how long
+it paused each writer (0: the closing let it keep committing, its commits unable to conflict), failed commits on each
+side and whether the table's rows are exactly what the writers wrote; then what the ungated controls saw fail,
+exception by exception.
 
 ``--smoke`` runs only the checks also marked ``stack_smoke``, with one compaction each (a gated CDC compaction and
 the Spark writer's), on every stack besides the environment's own, whose whole suite ``make test`` has just run;
@@ -86,9 +87,16 @@ def _yes_no(value: Any) -> str:
     return {True: "yes", False: "NO"}.get(value, "-")
 
 
+def _pauses(values: dict[str, list[float]] | None) -> str:
+    """Each writer's pause in each compaction: ``Flink 0.0 0.0 0.0; Spark 14.2 12.9 13.1``."""
+    return "; ".join(f"{writer} {_seconds(seconds)}" for writer, seconds in (values or {}).items()) or "-"
+
+
 def matrix(names: list[str]) -> str:
     """The table of every check recorded for the stacks ``names``, then what each ungated control saw fail."""
-    rows = [("stack", "check", "result", "gate closed s", "failed commits w/r", "rows exact", "took s")]
+    rows = [
+        ("stack", "check", "result", "gate closed s", "writers' pause s", "failed commits w/r", "rows exact", "took s")
+    ]
     controls = []
     for name in names:
         for record in sorted(records(name), key=lambda r: (r["check"].endswith("ungated"), r["check"])):
@@ -100,6 +108,7 @@ def matrix(names: list[str]) -> str:
                     record["check"],
                     record["outcome"],
                     _seconds(figures.get("gate_closed_seconds")),
+                    _pauses(figures.get("writer_pause_seconds")),
                     f"{_number(writer)} / {_number(rewrite)}",
                     _yes_no(figures.get("rows_exact")),
                     f"{record['seconds']:.0f}",

@@ -201,6 +201,9 @@ class IngestJob:
     script = "gated_ingest.py"
     #: The gate connection of a job that needs more than a writer's grants; None: the writers' connection.
     gate_conn_id: str | None = None
+    #: What the job's commits do, as it declares them at the gate: a MERGE of each micro-batch changes rows of
+    #: existing files. None: it declares nothing, as a writer of the previous protocol.
+    commit_kind: str | None = "row-level"
 
     def __init__(
         self,
@@ -213,9 +216,11 @@ class IngestJob:
         trigger_seconds: float = 3.0,
         writer_id: str = "gated-ingest",
         format_version: int = 2,
+        previous_protocol: bool = False,
     ) -> None:
         self.config = config
         self.format_version = format_version
+        self.previous_protocol = previous_protocol
         self.workdir = workdir
         self.gated = gated
         self.rows_per_second = rows_per_second
@@ -243,6 +248,7 @@ class IngestJob:
             str(self.trigger_seconds),
             "--format-version",
             str(self.format_version),
+            *(["--gate-protocol", "previous"] if self.previous_protocol else []),
         ]
 
     def start(self) -> IngestJob:
@@ -252,6 +258,7 @@ class IngestJob:
         args = ["--status-file", str(self.status_file), "--stop-file", str(self.stop_file), *self.job_args()]
         if self.gated:
             args += ["--gate-writer-id", self.writer_id]
+            args += ["--gate-commit-kind", self.commit_kind] if self.commit_kind else []
         hook = spark_job_hook(
             self.config,
             args,
@@ -351,6 +358,7 @@ class BatchInsertJob(IngestJob):
     """
 
     script = "batch_inserts.py"
+    commit_kind = "appends"
 
     def __init__(
         self,
@@ -361,8 +369,10 @@ class BatchInsertJob(IngestJob):
         rows: int = 10,
         interval_seconds: float = 2.0,
         writer_id: str = "batch-inserts",
+        commit_kind: str | None = "appends",
     ) -> None:
         super().__init__(config, workdir, writer_id=writer_id)
+        self.commit_kind = commit_kind
         self.first_key = first_key
         self.rows = rows
         self.interval_seconds = interval_seconds
@@ -388,6 +398,8 @@ class BatchChangesJob(IngestJob):
     :param interval_seconds: Seconds between two statements.
     :param max_attempts: Tries of one statement before it counts as lost.
     :param layout: The table's columns: ``cdc`` (``devkit/cdc.py``'s) or ``events`` (:class:`IngestJob`'s).
+    :param commit_kind: What it declares at the gate: its DELETEs and MERGEs change rows of existing files; a test
+        of a writer that declares less than it does gives another.
     """
 
     script = "batch_changes.py"
@@ -405,8 +417,10 @@ class BatchChangesJob(IngestJob):
         exclusive: bool = False,
         writer_id: str = "batch-changes",
         layout: str = "cdc",
+        commit_kind: str | None = "row-level",
     ) -> None:
         super().__init__(config, workdir, gated=gated, writer_id=writer_id)
+        self.commit_kind = commit_kind
         self.exclusive = exclusive
         if exclusive:  # it holds the gate: Airflow's grants, not a writer's
             self.gate_conn_id = config.write_gate_conn_id

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork, summary
 from airflow_iceberg.core.gate_protocol import WRITER_GONE_SECONDS
 from airflow_iceberg.core.gate_state import GateOwner, GateState, check_pause_ceiling
 from airflow_iceberg.core.gate_store import GateBusyError, GateLease, GateStore
@@ -56,6 +57,8 @@ class GateHolder:
     :param writer_gone_seconds: A writer not seen for this long is taken as stopped without leaving (a killed
         job), not waited for: a running writer says it is there every :data:`REGISTER_EVERY_SECONDS`. One whose
         MySQL is away may still commit meanwhile, which at worst makes the statement fail; nothing is lost.
+    :param work: What the job does while it holds the gate (its :class:`BatchStatement`, say): the closing pauses
+        only the writers that can conflict with it. Without it, every writer pauses.
     :param clock: Monotonic clock, in seconds.
     :param sleep: Waits the given seconds.
     :param log: Where its messages go.
@@ -72,6 +75,7 @@ class GateHolder:
         poke_interval: float = 0.5,
         settle_seconds: float = 2.0,
         writer_gone_seconds: float = WRITER_GONE_SECONDS,
+        work: GuardedWork = UNDESCRIBED,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         log: Callable[[str], None] = print,
@@ -83,6 +87,7 @@ class GateHolder:
         self.max_pause_seconds = max_pause_seconds
         self.poke_interval = poke_interval
         self.writer_gone_seconds = writer_gone_seconds
+        self.work = work
         self._connect = connect
         self._store = GateStore(connect, settle_seconds=settle_seconds, clock=clock, sleep=sleep)
         self._clock = clock
@@ -91,16 +96,21 @@ class GateHolder:
 
     def close(self, timeout: float) -> GateState:
         """Close the gate, waiting up to ``timeout`` seconds while another owner holds it (:class:`GateBusyError`)."""
-        state = self._store.close_waiting(
+        attempt = self._store.close_waiting(
             self.table,
             self.owner,
             lease_seconds=self.lease_seconds,
             max_pause_seconds=self.max_pause_seconds,
+            work=self.work,
             timeout=timeout,
             poke_interval=self.poke_interval,
             log=lambda message: None,  # a wait is not news; giving up is, and raises
         )
-        self._log(f"write gate of {self.table} closed by {self.owner} until {state.lease_expires_at} (UTC)")
+        state = attempt.state
+        self._log(
+            f"write gate of {self.table} closed by {self.owner} until {state.lease_expires_at} (UTC): "
+            f"{summary(attempt.pauses)}"
+        )
         return state
 
     def state(self) -> GateState:

@@ -2,7 +2,10 @@
 
 The rule, also in ``docs/write-gate-protocol.md``: **a writer pauses iff ``state = 'closed' AND lease_expires_at >
 NOW()``**, evaluated by MySQL's clock, so a gate whose closing DAG crashed stops pausing writers when its lease
-ends. The docs show these statements as generated from here (``make docs``), and the Flink source's copy in
+ends, **unless the closing let that writer keep committing**: the writers that say they commit only what cannot
+conflict with the closing's work (``conflicts.py`` decides, at the closing). A writer of the protocol before schema
+version 9 declares nothing and reads the gate row alone, so it pauses at every closing, as it always did. The docs
+show these statements as generated from here (``make docs``), and the Flink source's copy in
 ``flink/.../WriteGate.java`` is checked against them word for word. The owner's statements (close, renew, open)
 are the gate store's, ``gate_store.py``.
 """
@@ -37,21 +40,34 @@ WRITER_GONE_SECONDS = 3 * REGISTER_EVERY_SECONDS
 WRITER_SEEN_WINDOW_SECONDS = 60.0
 
 
-#: A writer says it is there (parameters: table, writer id) at its first look at the gate and then at least every
-#: :data:`REGISTER_EVERY_SECONDS`, in a transaction of its own that commits before the look: a compaction waits
-#: for the acknowledgement of every writer seen recently, so a writer must be visible before it may commit.
-WRITER_REGISTER_SQL = f"""INSERT INTO {WRITER_TABLE} (table_name, writer_id, seen_at)
-VALUES (%s, %s, NOW(6))
-ON DUPLICATE KEY UPDATE seen_at = NOW(6)"""
+#: A writer says it is there (parameters: table, writer id, its commit kind, its Iceberg release, what its snapshots'
+#: summaries name it by) at its first look at the gate and then at least every :data:`REGISTER_EVERY_SECONDS`, in a
+#: transaction of its own that commits before the look: a compaction waits for the acknowledgement of every writer
+#: seen recently that must pause, so a writer must be visible before it may commit. The kind is one of
+#: ``appends``, ``upserts`` or ``row-level`` (:class:`~airflow_iceberg.core.conflicts.CommitKind`), or NULL: a
+#: writer that declares nothing pauses at every closing. A writer whose declaration changes loses the closing's
+#: leave to keep committing (``exempt_closed_at``, set when a gate closes): it pauses until the next closing decides.
+WRITER_REGISTER_SQL = f"""INSERT INTO {WRITER_TABLE}
+    (table_name, writer_id, seen_at, commit_kind, iceberg_version, commits_as)
+VALUES (%s, %s, NOW(6), %s, %s, %s)
+ON DUPLICATE KEY UPDATE
+    exempt_closed_at = IF(commit_kind <=> VALUES(commit_kind) AND iceberg_version <=> VALUES(iceberg_version)
+                          AND commits_as <=> VALUES(commits_as), exempt_closed_at, NULL),
+    seen_at = NOW(6), commit_kind = VALUES(commit_kind), iceberg_version = VALUES(iceberg_version),
+    commits_as = VALUES(commits_as)"""
 
 
-#: The one query a writer runs before each commit. No row for the table means the gate was never closed.
-#: ``lease_seconds_left`` lets a writer keep obeying a pause, by its own monotonic clock, while MySQL is away.
-WRITER_CHECK_SQL = f"""SELECT state = 'closed' AND lease_expires_at > NOW(6) AS paused,
-       lease_expires_at,
-       TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left
-FROM {GATE_TABLE}
-WHERE table_name = %s"""
+#: The one query a writer runs before each commit (parameters: writer id, table). No row for the table means the gate
+#: was never closed. A closed gate pauses every writer but those its closing let keep committing, because they cannot
+#: conflict with its work (``exempt_closed_at`` is that closing's time). ``lease_seconds_left`` lets a writer keep
+#: obeying a pause, by its own monotonic clock, while MySQL is away.
+WRITER_CHECK_SQL = f"""SELECT g.state = 'closed' AND g.lease_expires_at > NOW(6)
+           AND NOT (w.exempt_closed_at <=> g.closed_at) AS paused,
+       g.lease_expires_at,
+       TIMESTAMPDIFF(MICROSECOND, NOW(6), g.lease_expires_at) / 1000000 AS lease_seconds_left
+FROM {GATE_TABLE} g
+LEFT JOIN {WRITER_TABLE} w ON w.table_name = g.table_name AND w.writer_id = %s
+WHERE g.table_name = %s"""
 
 
 #: How a paused writer acknowledges (parameters: its last committed snapshot id, table, writer id): when it
@@ -119,7 +135,7 @@ def owner_connection(host: str, port: int, user: str, password: str, database: s
 
 
 NO_SUCH_TABLE = 1146  # MySQL error: the gate tables do not exist yet, so no gate was ever closed
-UNKNOWN_COLUMN = 1054  # MySQL error: the gate tables are older than the statement (busy_until: schema version 8)
+UNKNOWN_COLUMN = 1054  # MySQL error: the gate tables are older than the statement (commit_kind: schema version 9)
 
 
 #: MySQL errors that mean the writer's user may not do what the protocol needs: database, login, table and column

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 from typing import Any
 
+from airflow_iceberg.core.conflicts import CommitKind, WriterCommits
 from airflow_iceberg.core.gate_protocol import WRITER_SEEN_WINDOW_SECONDS
 from airflow_iceberg.core.lease import LeaseLostError
 
@@ -34,14 +35,26 @@ class GateOwner:
 
 @dataclass(frozen=True)
 class WriterState:
-    """A writer of a gated table as it last reported: when it last read the gate, its acknowledgement, and until when
-    a write of its is under way."""
+    """A writer of a gated table as it last reported: when it last read the gate, its acknowledgement, until when a
+    write of its is under way, what it says it commits, what the table's history showed it commit, and what the last
+    closing decided for it."""
 
     writer_id: str
     seen_at: datetime | None
     ack_at: datetime | None
     ack_snapshot_id: int | None
     busy_until: datetime | None = None
+    #: As it declared (``appends``, ``upserts``, ``row-level``); None: nothing, so it pauses at every closing.
+    commit_kind: CommitKind | None = None
+    iceberg_version: str | None = None
+    #: What its snapshots' summaries name it by (``flink.job-id=...``): how its commits are told from others'.
+    commits_as: str | None = None
+    observed_kind: CommitKind | None = None
+    observed_snapshot_id: int | None = None
+    observed_detail: str | None = None
+    #: The closing (its close time) that let it keep committing; any other closing pauses it.
+    exempt_closed_at: datetime | None = None
+    pause_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> WriterState:
@@ -51,7 +64,31 @@ class WriterState:
             database_time(row["ack_at"]),
             row["ack_snapshot_id"],
             database_time(row["busy_until"]),
+            _kind(row["commit_kind"]),
+            row["iceberg_version"],
+            row["commits_as"],
+            _kind(row["observed_kind"]),
+            row["observed_snapshot_id"],
+            row["observed_detail"],
+            database_time(row["exempt_closed_at"]),
+            row["pause_reason"],
         )
+
+    def commits(self) -> WriterCommits:
+        """What the conflict rule reads of this writer."""
+        return WriterCommits(
+            self.writer_id,
+            self.commit_kind,
+            self.iceberg_version,
+            self.commits_as,
+            self.observed_kind,
+            self.observed_detail,
+        )
+
+
+def _kind(value: str | None) -> CommitKind | None:
+    """A kind as the table holds it (its CHECK constraint admits the kinds and NULL alone)."""
+    return None if value is None else CommitKind(value)
 
 
 @dataclass(frozen=True)
@@ -70,6 +107,8 @@ class GateState:
     #: No renewal extends the lease past this (``max_pause_seconds`` after closing), or None.
     pause_deadline: datetime | None = None
     writers: tuple[WriterState, ...] = ()
+    #: The newest snapshot (its time, epoch ms) whose writer a plan has checked; None: none yet.
+    history_checked_ms: int | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], writers: tuple[WriterState, ...] = ()) -> GateState:
@@ -85,6 +124,7 @@ class GateState:
             lease_seconds=row["lease_seconds"],
             pause_deadline=database_time(row["pause_deadline"]),
             writers=writers,
+            history_checked_ms=row.get("history_checked_ms"),
         )
 
     @classmethod
@@ -106,12 +146,12 @@ class GateState:
         """Closed for a run other than ``owner``, its lease not yet ended: ``owner`` must wait to close it."""
         return self.pauses_writers and self.owner != owner
 
-    def close_times(self) -> dict[str, str]:
-        """A closed gate's close time, lease end and pause deadline (database clock), as ISO text."""
+    def close_times(self) -> dict[str, str | None]:
+        """A closed gate's close time, lease end and pause deadline (database clock; None: no ceiling), as ISO text."""
         return {
             "closed_at": self.closed_at.isoformat(),  # type: ignore[union-attr]
             "lease_expires_at": self.lease_expires_at.isoformat(),  # type: ignore[union-attr]
-            "pause_deadline": self.pause_deadline.isoformat(),  # type: ignore[union-attr]
+            "pause_deadline": self.pause_deadline.isoformat() if self.pause_deadline else None,
         }
 
     def require_held_by(self, owner: GateOwner) -> None:
@@ -122,12 +162,21 @@ class GateState:
                 f"lease until {self.lease_expires_at}); the writer may be committing, so no rewrite may start"
             )
 
+    def exempt(self, writer: WriterState) -> bool:
+        """This closing let ``writer`` keep committing: it cannot conflict with the closing's work."""
+        return self.closed_at is not None and writer.exempt_closed_at == self.closed_at
+
+    def writers_keeping_on(self) -> tuple[WriterState, ...]:
+        """The writers this closing lets keep committing."""
+        return tuple(w for w in self.writers if self.exempt(w))
+
     def writers_to_wait_for(self) -> tuple[WriterState, ...]:
         """The writers a compaction waits for: those seen within a lease (at least a minute) before the closing,
-        or since.
+        or since, that this closing pauses.
 
         A writer reads the gate before every commit and says it is there every few seconds, so one not seen in
-        that time is not committing. A writer that left (stopped for good) is not waited for.
+        that time is not committing. A writer that left (stopped for good) is not waited for, nor one the closing
+        lets keep committing.
         """
         if self.closed_at is None:
             return ()
@@ -138,7 +187,7 @@ class GateState:
         else:
             lease = timedelta(0)
         since = self.closed_at - max(lease, timedelta(seconds=WRITER_SEEN_WINDOW_SECONDS))
-        return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since)
+        return tuple(w for w in self.writers if w.seen_at is not None and w.seen_at >= since and not self.exempt(w))
 
     def writers_busy(self) -> tuple[WriterState, ...]:
         """The writers waited for whose write is under way (their mark not yet ended) and who have not acknowledged

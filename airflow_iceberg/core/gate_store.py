@@ -18,6 +18,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_iceberg.core.conflicts import (
+    UNDESCRIBED,
+    CommitKind,
+    GuardedWork,
+    PauseDecision,
+    decide_pauses,
+    summary,
+    widest,
+)
 from airflow_iceberg.core.gate_protocol import (
     AUDIT_TABLE,
     GATE_TABLE,
@@ -47,12 +56,13 @@ GATE_ENSURE_ROW_SQL = f"""INSERT INTO {GATE_TABLE} (table_name) VALUES (%s)
 
 GATE_SELECT_ALL_SQL = (
     "SELECT table_name, state, owner_dag_id, owner_run_id, closed_at, lease_expires_at, lease_seconds,"
-    f" pause_deadline, opened_at, NOW(6) AS database_now FROM {GATE_TABLE}"
+    f" pause_deadline, opened_at, history_checked_ms, NOW(6) AS database_now FROM {GATE_TABLE}"
 )
 GATE_SELECT_SQL = f"{GATE_SELECT_ALL_SQL} WHERE table_name = %s"
 
-WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id, busy_until FROM {WRITER_TABLE}
-    WHERE table_name = %s ORDER BY writer_id"""
+WRITERS_SELECT_SQL = f"""SELECT writer_id, seen_at, ack_at, ack_snapshot_id, busy_until, commit_kind, iceberg_version,
+        commits_as, observed_kind, observed_snapshot_id, observed_detail, exempt_closed_at, pause_reason
+    FROM {WRITER_TABLE} WHERE table_name = %s ORDER BY writer_id"""
 
 #: Applied only after decide_close allowed it, on the row locked as above, and followed by the owner's
 #: renewal (OWNER_RENEW_SQL), which caps the lease at the pause's deadline. An owner's re-close keeps its
@@ -90,6 +100,26 @@ OWNER_LEASE_SQL = f"""SELECT TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at
 FROM {GATE_TABLE}
 WHERE table_name = %s AND owner_dag_id = %s AND owner_run_id = %s
   AND state = 'closed' AND lease_expires_at > NOW(6)"""
+
+#: A closing's decision for one writer (parameters by name): whether it keeps committing through this closing
+#: (``exempt_closed_at``, the closing's time) and why. It applies only to the row as the decision read it: a writer
+#: that registered with another declaration meanwhile is left paused.
+WRITER_PAUSE_SQL = f"""UPDATE {WRITER_TABLE}
+    SET exempt_closed_at = IF(%(pause)s, NULL, %(closed_at)s), pause_reason = %(reason)s
+    WHERE table_name = %(table)s AND writer_id = %(writer_id)s AND commit_kind <=> %(commit_kind)s
+      AND iceberg_version <=> %(iceberg_version)s AND commits_as <=> %(commits_as)s
+      AND observed_kind <=> %(observed_kind)s"""
+
+#: What the table's history showed a writer commit (parameters by name), when wider than it declared: it is taken
+#: as that from then on, whatever it declares.
+WRITER_OBSERVED_SQL = f"""UPDATE {WRITER_TABLE}
+    SET observed_kind = %(kind)s, observed_snapshot_id = %(snapshot_id)s, observed_detail = %(detail)s
+    WHERE table_name = %(table)s AND writer_id = %(writer_id)s"""
+
+#: How far a plan has checked the table's history for what its writers commit (parameters: the newest snapshot's
+#: time it checked, epoch ms, and the table); a later plan reads only what came after. Never moves back.
+HISTORY_CHECKED_SQL = f"""UPDATE {GATE_TABLE} SET history_checked_ms = GREATEST(COALESCE(history_checked_ms, 0), %s)
+    WHERE table_name = %s"""
 
 _AUDIT_SELECT_SQL = f"""SELECT id, table_name, action, owner_dag_id, owner_run_id, at, lease_expires_at, detail
     FROM {AUDIT_TABLE} WHERE table_name = %s ORDER BY id"""
@@ -132,6 +162,17 @@ class CloseAttempt:
     detail: str = ""
     #: A gate that opened less than the settle time ago: seconds until it may close.
     settle_left: float = 0.0
+    #: For a closing: each writer of the table, whether it pauses, and why.
+    pauses: tuple[PauseDecision, ...] = ()
+
+    def as_xcom(self) -> dict[str, Any]:
+        """A closing's close times and what it decided for each writer."""
+        return {
+            **self.state.close_times(),
+            "writers": [decision.as_xcom() for decision in self.pauses],
+            "paused": [d.writer_id for d in self.pauses if d.pause],
+            "pauses": summary(self.pauses),
+        }
 
     def refusal(self, gave_up_after: float | None = None) -> Exception:
         """The error for this refusal; after a wait of ``gave_up_after`` seconds, one that says so."""
@@ -247,9 +288,14 @@ class GateStore:
         lease_seconds: int,
         max_pause_seconds: int | None = None,
         slot: SparkSlotRequest | None = None,
+        work: GuardedWork = UNDESCRIBED,
         only_if_free: bool = False,
     ) -> CloseAttempt:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``, if the gate's rules allow it.
+
+        The closing pauses only the writers that can conflict with ``work``, what the owner does while it holds the
+        gate (:func:`~airflow_iceberg.core.conflicts.decide_pauses`, on each writer's row as locked): the others keep
+        committing through this closing. Without ``work`` every writer pauses.
 
         The owner renews the lease while it works (:meth:`renew`); with ``max_pause_seconds``, no renewal extends it
         past that many seconds after this closing, which caps how long the owner pauses writers. Closing succeeds
@@ -268,7 +314,7 @@ class GateStore:
             check_lease_seconds(slot.slots, "spark_slots")
             check_lease_seconds(slot.patience, "the slot request's patience")
         while True:
-            attempt = self._close_once(table, owner, lease_seconds, max_pause_seconds, slot, only_if_free)
+            attempt = self._close_once(table, owner, lease_seconds, max_pause_seconds, slot, work, only_if_free)
             if not attempt.settle_left:
                 return attempt
             self._sleep(attempt.settle_left)
@@ -280,6 +326,7 @@ class GateStore:
         lease_seconds: int,
         max_pause_seconds: int | None,
         slot: SparkSlotRequest | None,
+        work: GuardedWork,
         only_if_free: bool,
     ) -> CloseAttempt:
         with self.transaction() as cursor:
@@ -312,10 +359,32 @@ class GateStore:
             }
             cursor.execute(OWNER_CLOSE_SQL, params)
             cursor.execute(OWNER_RENEW_SQL, (table, owner.dag_id, owner.run_id))
-            cursor.execute(GATE_SELECT_SQL, (table,))
-            after = GateState.from_row(cursor.fetchone())
-            self._audit(cursor, table, change.action, owner, after.lease_expires_at, change.detail)
-            return CloseAttempt(True, after)
+            pauses = self._decide_pauses(cursor, table, work)
+            after = self._read(cursor, table)
+            detail = "; ".join(filter(None, [change.detail, summary(pauses) if pauses else None]))[:1000]
+            self._audit(cursor, table, change.action, owner, after.lease_expires_at, detail)
+            return CloseAttempt(True, after, pauses=pauses)
+
+    def _decide_pauses(self, cursor: Any, table: str, work: GuardedWork) -> tuple[PauseDecision, ...]:
+        """Within a closing, after its close: decide for each writer of ``table`` whether it pauses, and record it."""
+        gate = self._read(cursor, table)
+        pauses = decide_pauses(work, [writer.commits() for writer in gate.writers])
+        for writer, decision in zip(gate.writers, pauses, strict=True):
+            cursor.execute(
+                WRITER_PAUSE_SQL,
+                {
+                    "table": table,
+                    "writer_id": writer.writer_id,
+                    "pause": decision.pause,
+                    "closed_at": gate.closed_at,
+                    "reason": decision.reason[:1000],
+                    "commit_kind": writer.commit_kind,
+                    "iceberg_version": writer.iceberg_version,
+                    "commits_as": writer.commits_as,
+                    "observed_kind": writer.observed_kind,
+                },
+            )
+        return pauses
 
     @staticmethod
     def _held(state: GateState, owner: GateOwner) -> CloseAttempt:
@@ -337,12 +406,13 @@ class GateStore:
         lease_seconds: int,
         max_pause_seconds: int | None = None,
         slot: SparkSlotRequest | None = None,
+        work: GuardedWork = UNDESCRIBED,
         timeout: float,
         poke_interval: float,
         log: Callable[[str], None] = print,
-    ) -> GateState:
+    ) -> CloseAttempt:
         """Close the gate (:meth:`close`), waiting up to ``timeout`` seconds while another owner holds it or, with
-        ``slot``, until the run gets a Spark slot; the gate after.
+        ``slot``, until the run gets a Spark slot; the closing that did it.
 
         While it waits the gate is only read, so the audit trail keeps real attempts: the last look, at the
         timeout, is a real one, and its refusal is raised (:class:`GateBusyError`, or :class:`SparkSlotsBusyError`).
@@ -351,14 +421,40 @@ class GateStore:
         deadline = self._clock() + timeout
         while True:
             last = self._clock() >= deadline
-            kwargs = {"lease_seconds": lease_seconds, "max_pause_seconds": max_pause_seconds, "slot": slot}
-            attempt = self.close(table, owner, **kwargs, only_if_free=not last)  # type: ignore[arg-type]
+            attempt = self.close(
+                table,
+                owner,
+                lease_seconds=lease_seconds,
+                max_pause_seconds=max_pause_seconds,
+                slot=slot,
+                work=work,
+                only_if_free=not last,
+            )
             if attempt.closed:
-                return attempt.state
+                return attempt
             if last:
                 raise attempt.refusal(gave_up_after=timeout if timeout else None)
             log(f"{attempt.detail}; waiting, the gate open meanwhile")
             self._sleep(max(0.0, min(poke_interval, deadline - self._clock())))
+
+    def observe(self, table: str, writer_id: str, kind: CommitKind, snapshot_id: int, detail: str) -> bool:
+        """Record that the table's history showed ``writer_id`` commit ``kind`` in snapshot ``snapshot_id``, when that
+        is wider than what it declared and was seen to commit before; whether it was recorded."""
+        with self.transaction() as cursor:
+            writer = next((w for w in self._read(cursor, table).writers if w.writer_id == writer_id), None)
+            if writer is None or widest(writer.commit_kind, writer.observed_kind, kind) != kind:
+                return False
+            if kind in (writer.commit_kind, writer.observed_kind):
+                return False
+            params = {"table": table, "writer_id": writer_id, "kind": kind, "snapshot_id": snapshot_id}
+            cursor.execute(WRITER_OBSERVED_SQL, {**params, "detail": detail[:1000]})
+        return True
+
+    def history_checked(self, table: str, up_to_ms: int) -> None:
+        """A plan has checked what the writers of ``table`` committed, up to the snapshot of ``up_to_ms``."""
+        with self.transaction() as cursor:
+            cursor.execute(GATE_ENSURE_ROW_SQL, (table,))
+            cursor.execute(HISTORY_CHECKED_SQL, (up_to_ms, table))
 
     def renew(self, table: str, owner: GateOwner) -> GateState:
         """Extend the lease of a gate ``owner`` holds by the lease it closed with, never past the pause's deadline;

@@ -36,6 +36,13 @@ class IcebergVersion:
             raise InvalidCallError(f"an Iceberg version is major.minor[.patch], e.g. 1.5.2; got {shown(text)}")
         return cls(int(match[1]), int(match[2]), int(match[3] or 0))
 
+    @classmethod
+    def of_release(cls, text: str | None) -> IcebergVersion | None:
+        """The release ``text`` starts with, as a writer says it (``1.11.0``, ``1.12.0-SNAPSHOT``); None for None or
+        text that names no release."""
+        match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", text.strip()) if text else None
+        return cls(int(match[1]), int(match[2]), int(match[3] or 0)) if match else None
+
     def __str__(self) -> str:
         return f"{self.major}.{self.minor}.{self.patch}"
 

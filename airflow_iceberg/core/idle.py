@@ -7,6 +7,7 @@ reads those values from MySQL and the catalog.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
@@ -28,12 +29,43 @@ NOT_READ = Unread.NOT_READ
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A table's newest snapshot: its id, commit time, and the writer that committed it, as far as its summary
-    names one (:func:`committed_by`)."""
+    """A snapshot of the table: its id, commit time, the writer that committed it as far as its summary names one
+    (:func:`committed_by`), and the summary's entries that can name a writer (:data:`NAMING_KEYS`)."""
 
     snapshot_id: int
     committed_at: datetime
     committed_by: str | None = None
+    names: tuple[tuple[str, str], ...] = ()
+    #: Its summary's operation (``append``, ``overwrite``, ``delete``, ``replace``); None: not read.
+    operation: str | None = None
+
+    @classmethod
+    def of(cls, snapshot_id: int, committed_at: datetime, summary: dict[str, str], operation: str | None = None):
+        """A snapshot read with its summary and operation."""
+        names = tuple((key, summary[key]) for key in NAMING_KEYS if key in summary)
+        return cls(snapshot_id, committed_at, committed_by(summary), names, operation)
+
+    @property
+    def rewrite(self) -> bool:
+        """A ``replace``: maintenance (a compaction's rewrite, a manifest rewrite), not a writer's commit."""
+        return self.operation == "replace"
+
+    def committed_as(self, commits_as: str | None) -> bool:
+        """Its summary carries ``commits_as`` (``key=value``), what a writer said its snapshots carry."""
+        return summary_names(dict(self.names), commits_as)
+
+
+def summary_names(summary: Mapping[str, str], commits_as: str | None) -> bool:
+    """A snapshot's ``summary`` carries ``commits_as`` (``key=value``), what a writer said its snapshots carry."""
+    if not commits_as or "=" not in commits_as:
+        return False
+    key, _, value = commits_as.partition("=")
+    return summary.get(key) == value
+
+
+#: The snapshot summary's entries that name who committed it: Flink's sink writes its job's id, Spark its
+#: application's (a procedure's commit ``app-id``), and a writer may set a property of its own.
+NAMING_KEYS = ("flink.job-id", "spark.app.id", "app-id", "airflow-iceberg.writer")
 
 
 def committed_by(summary: dict[str, str]) -> str | None:
@@ -72,6 +104,9 @@ class IdleCheck:
     writers_busy: tuple[str, ...] = ()
     #: The writers waited for that were not seen for ``gone_seconds`` and had not acknowledged: taken as stopped.
     writers_gone: tuple[str, ...] = ()
+    #: The writers the closing lets keep committing, and how many of the snapshots read were theirs.
+    writers_keeping_on: tuple[str, ...] = ()
+    snapshots_keeping_on: int = 0
 
     @property
     def writers_waited_for(self) -> tuple[str, ...]:
@@ -86,6 +121,8 @@ class IdleCheck:
             "writers_acknowledged": list(self.writers_acknowledged),
             "writers_busy": list(self.writers_busy),
             "writers_gone": list(self.writers_gone),
+            "writers_keeping_on": list(self.writers_keeping_on),
+            "snapshots_keeping_on": self.snapshots_keeping_on,
             "idle_for_seconds": round(self.idle_for_seconds, 3),
             "idle_seconds": self.idle_seconds,
             "gate_closed_at": self.gate_closed_at.isoformat(),
@@ -136,21 +173,28 @@ def why_not_idle(check: IdleCheck | None, table: object, write_gate_conn_id: str
 def decide_idle(
     gate: GateState,
     owner: GateOwner,
-    newest: Snapshot | None | Literal[Unread.NOT_READ],
+    snapshots: Snapshot | Sequence[Snapshot] | None | Literal[Unread.NOT_READ],
     idle_seconds: int,
     *,
     gone_seconds: float | None = None,
 ) -> IdleCheck:
-    """Whether the table's writers have gone idle while ``owner`` holds the gate.
+    """Whether the table's writers that must pause have gone idle while ``owner`` holds the gate.
 
-    Idle means either: every writer seen within a lease of the closing (:meth:`GateState.writers_to_wait_for`)
-    acknowledged this closing, and the table's newest snapshot is one of the snapshots they acknowledged as
-    their last commits; or, when some writer has not acknowledged (or none reports at all), no snapshot has
-    been committed for ``idle_seconds``, counted from the later of the gate's close time and the newest
-    snapshot, by the database clock, and no writer that has not acknowledged is in the middle of a write
-    (:meth:`GateState.writers_busy`): its commit is still to come.
+    ``snapshots`` are the table's recent snapshots (one, the newest, will do; None: the table has none). Those the
+    writers that keep committing through this closing committed (their summaries carry the writer's ``commits_as``)
+    are left out: the rule is about everything else, "the newest snapshot" below.
 
-    With ``newest`` :data:`NOT_READ` there is no newest snapshot to compare and no idle window: the writers are
+    Idle means either: every writer seen within a lease of the closing that the closing pauses
+    (:meth:`GateState.writers_to_wait_for`) acknowledged this closing, and the newest snapshot is none newer than
+    the newest they acknowledged as their last commits; or, when some writer has not acknowledged (or none reports
+    at all), no snapshot has been committed for ``idle_seconds``, counted from the later of the gate's close time and
+    the newest snapshot, by the database clock, and no writer that has not acknowledged is in the middle of a write
+    (:meth:`GateState.writers_busy`): its commit is still to come. A commit no registered writer owns is an unknown
+    writer's, and the idle window waits it out. When the closing pauses none of its registered writers (each keeps
+    committing), the window counts back from now, from the newest snapshot of anyone else: no paused writer can be
+    mid-commit, and an unknown writer does not read the gate.
+
+    With ``snapshots`` :data:`NOT_READ` there is no newest snapshot to compare and no idle window: the writers are
     done once every one waited for has acknowledged, or is gone, not seen for ``gone_seconds`` (a running writer
     says it is there every few seconds). A caller that reads the snapshots leaves ``gone_seconds`` None: its idle
     window covers a writer that stopped without leaving, and a writer that only lost its way to MySQL is still
@@ -170,14 +214,34 @@ def decide_idle(
     present = tuple(w for w in expected if w not in gone)
     acknowledging = tuple(w for w in present if gate.acknowledged_by(w))
     every_one = len(acknowledging) == len(present)
-    read = newest is not NOT_READ
-    snapshot = newest if isinstance(newest, Snapshot) else None
-    idle_since = max(gate.closed_at, snapshot.committed_at) if snapshot else gate.closed_at
+    keeping_on = gate.writers_keeping_on()
+    read = snapshots is not NOT_READ
+    listed: list[Snapshot] = []
+    if isinstance(snapshots, Snapshot):
+        listed = [snapshots]
+    elif read and snapshots is not None:
+        listed = list(snapshots)  # type: ignore[arg-type]  # a sequence here: NOT_READ and None are out
+    theirs = [s for s in listed if any(s.committed_as(w.commits_as) for w in keeping_on)]
+    # Everybody else's commits; a rewrite (an earlier compaction's) is nobody's that a pause could hold back.
+    others = [s for s in listed if s not in theirs and not s.rewrite]
+    newest = max(others, key=lambda s: s.committed_at, default=None)
+    if keeping_on and not expected:
+        # The closing paused no registered writer: none can be mid-commit, so the window looks back from now, over
+        # the commits of anyone else (an unknown writer does not read the gate: waiting after the close would
+        # protect nothing more).
+        idle_since = newest.committed_at if newest else gate.closed_at - timedelta(seconds=idle_seconds)
+    else:
+        idle_since = max(gate.closed_at, newest.committed_at) if newest else gate.closed_at
     idle_for_seconds = (gate.database_now - idle_since).total_seconds()
-    newest_id = snapshot.snapshot_id if snapshot else None  # a writer of an empty table acknowledges with None
+    newest_id = newest.snapshot_id if newest else None  # a writer of an empty table acknowledges with None
     busy = gate.writers_busy()
     if read:
-        acknowledged = bool(present) and every_one and newest_id in {w.ack_snapshot_id for w in acknowledging}
+        acked = {w.ack_snapshot_id for w in acknowledging}
+        acked_at = [s.committed_at for s in listed if s.snapshot_id in acked]
+        # Nobody else's snapshot is newer than the newest the paused writers acknowledged (a writer acknowledges with
+        # its last commit, or with the table's current snapshot, which may be one of a writer that keeps committing).
+        covered = newest is None or newest_id in acked or (bool(acked_at) and newest.committed_at <= max(acked_at))
+        acknowledged = bool(present) and every_one and covered
         done = acknowledged or (idle_for_seconds >= idle_seconds and not busy)
     else:
         acknowledged = done = every_one
@@ -186,12 +250,14 @@ def decide_idle(
         writers_acknowledged=tuple(w.writer_id for w in acknowledging),
         writers_busy=tuple(w.writer_id for w in busy),
         writers_gone=tuple(w.writer_id for w in gone),
+        writers_keeping_on=tuple(w.writer_id for w in keeping_on),
+        snapshots_keeping_on=sum(1 for s in theirs if s.committed_at >= gate.closed_at),
         done=done,
         acknowledged=acknowledged,
         idle_for_seconds=idle_for_seconds,
         idle_seconds=idle_seconds,
         gate_closed_at=gate.closed_at,
         newest_snapshot_id=newest_id,
-        newest_snapshot_at=snapshot.committed_at if snapshot else None,
-        newest_snapshot_by=snapshot.committed_by if snapshot else None,
+        newest_snapshot_at=newest.committed_at if newest else None,
+        newest_snapshot_by=newest.committed_by if newest else None,
     )

@@ -4,10 +4,10 @@ Airflow-free like the rest of the core: a Spark job imports them from the instal
 ships with ``--py-files`` (:func:`airflow_iceberg.core.bundle.core_zip`). They need pymysql and the job's own
 pyspark. Each write reads the gate before it starts, and a gated compaction never starts under it.
 
-A streaming writer that MERGEs each micro-batch::
+A streaming writer that MERGEs each micro-batch (a row-level change to existing files, so compactions pause it)::
 
     gate = WriteGateClient.connect("lake.db.events", host=..., user=..., password=..., database=...,
-                                   writer_id="events-merge")
+                                   writer_id="events-merge", commit_kind="row-level")
 
     def merge(batch, batch_id):
         batch.createOrReplaceTempView("changes")
@@ -21,10 +21,16 @@ A batch job beside the stream, as a writer (compactions wait for it; the stream 
         spark.sql("UPDATE lake.db.events SET tier = 'gold' WHERE spend > 1000")
     gate.leave()  # the job ends: compactions stop waiting for it
 
-or holding the gate (the stream pauses and acknowledges before the statement runs, and resumes after it)::
+or holding the gate (the writers its statement conflicts with pause and acknowledge before the statement runs, and
+resume after it; which ones, the table's isolation level and write mode for the statement decide)::
 
-    with exclusive_write(spark, GateHolder("lake.db.events", connect, GateOwner("gdpr-deletes", run_id))):
+    holder = GateHolder("lake.db.events", connect, GateOwner("gdpr-deletes", run_id))
+    with exclusive_write(spark, holder, "delete"):
         spark.sql("DELETE FROM lake.db.events WHERE country = 'XX' AND consent = false")
+
+Each helper tells the gate what the writer's snapshots carry (``spark.app.id=<the application>``) and the Spark
+job's Iceberg release, so that a writer whose commits cannot conflict with a compaction keeps committing through it;
+what the writer commits (``commit_kind``) is the client's to say.
 
 On a merge-on-read table a ``DELETE`` or ``MERGE`` that runs while the stream commits can fail when it commits
 (``ValidationException``): Iceberg validates it against every file committed since it read the table. Hold the gate
@@ -37,6 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from airflow_iceberg.core.conflicts import BatchStatement, Command, GuardedWork, Isolation, WriteMode
 from airflow_iceberg.core.gate_holder import GateHolder
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
@@ -47,6 +54,24 @@ def newest_snapshot_id(spark: Any, table: TableName | str) -> int | None:
     name = TableName.of(table)
     rows = spark.sql(f"SELECT snapshot_id FROM {name.quoted}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()
     return rows[0][0] if rows else None
+
+
+def spark_iceberg_version(spark: Any) -> str | None:
+    """The Iceberg release of the session's Spark runtime jar (``IcebergBuild.version()``), or None where the JVM
+    cannot be reached (Spark Connect) or has no Iceberg."""
+    try:
+        return str(spark.sparkContext._jvm.org.apache.iceberg.IcebergBuild.version())
+    except Exception:  # no JVM gateway, no Iceberg on it: the writer says no release
+        return None
+
+
+def declare_spark_writer(spark: Any, gate: WriteGateClient) -> None:
+    """Tell the gate what ``gate``'s writer, a Spark application, commits as: its application id, which Iceberg's
+    Spark writes into each snapshot's summary (``spark.app.id``), and the session's Iceberg release."""
+    if gate.declaration.commits_as is None or gate.declaration.iceberg_version is None:
+        gate.declare(
+            commits_as=f"spark.app.id={spark.sparkContext.applicationId}", iceberg_version=spark_iceberg_version(spark)
+        )
 
 
 @contextmanager
@@ -60,6 +85,7 @@ def gated_write(spark: Any, gate: WriteGateClient, table: TableName | str) -> It
     name = TableName.of(table)
     if str(name) != gate.table:
         raise ValueError(f"the gate client is {gate.table!r}'s, not {str(name)!r}'s")
+    declare_spark_writer(spark, gate)
     with gate.writing(lambda: newest_snapshot_id(spark, name)) as waited:
         if waited:
             spark.sql(f"REFRESH TABLE {name.quoted}")
@@ -94,11 +120,34 @@ def gated_foreach_batch(
     return GatedBatches(gate, table, write)
 
 
+def batch_statement(spark: Any, table: TableName | str, command: Command | str) -> GuardedWork:
+    """What a batch ``command`` (``delete``, ``update`` or ``merge``) on ``table`` does while it holds the gate, for
+    the conflict rule: the table's isolation level and write mode for it (``write.<command>.isolation-level``,
+    ``write.<command>.mode``; Iceberg's defaults, serializable and copy-on-write, where unset) and its format."""
+    name = TableName.of(table)
+    properties = {row[0]: row[1] for row in spark.sql(f"SHOW TBLPROPERTIES {name.quoted}").collect()}
+    command = Command(command)
+    statement = BatchStatement(
+        command,
+        properties.get(f"write.{command}.isolation-level", Isolation.SERIALIZABLE),
+        properties.get(f"write.{command}.mode", WriteMode.COPY_ON_WRITE),
+    )
+    version = properties.get("format-version")
+    return GuardedWork(statement=statement, format_version=int(version) if version else None)
+
+
 @contextmanager
-def exclusive_write(spark: Any, holder: GateHolder, **hold: Any) -> Iterator[Any]:
+def exclusive_write(spark: Any, holder: GateHolder, command: Command | str | None = None, **hold: Any) -> Iterator[Any]:
     """Run the block while ``holder`` holds its table's gate (:meth:`GateHolder.hold`, whose keyword arguments
-    ``hold`` passes on): every writer has paused and acknowledged, and no compaction runs. If the hold is lost
-    mid-block, the session's Spark jobs are cancelled before the writers resume. Yields the gate as held."""
+    ``hold`` passes on): every writer its statement can conflict with has paused and acknowledged, and no compaction
+    runs. If the hold is lost mid-block, the session's Spark jobs are cancelled before the writers resume. Yields the
+    gate as held.
+
+    :param command: The block's statement, ``delete``, ``update`` or ``merge``: the writers that pause are those its
+        validation would fail on (:func:`batch_statement`). None: the holder's own ``work``, or every writer.
+    """
+    if command is not None:
+        holder.work = batch_statement(spark, holder.table, command)
     with holder.hold(on_lost=lambda reason: spark.sparkContext.cancelAllJobs(), **hold) as state:
         spark.sql(f"REFRESH TABLE {TableName.of(holder.table).quoted}")
         yield state

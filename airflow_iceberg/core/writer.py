@@ -15,15 +15,17 @@ Typical use, before every commit::
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from airflow_iceberg.core.conflicts import CommitKind, parse_commit_kind
 from airflow_iceberg.core.gate_protocol import (
     BUSY_SECONDS,
     NO_SUCH_TABLE,
@@ -37,6 +39,7 @@ from airflow_iceberg.core.gate_protocol import (
     WRITER_REGISTER_SQL,
     raise_if_denied,
 )
+from airflow_iceberg.core.tables import shown
 
 #: The environment variable a writer job reads the gate database's password from (never a command-line flag).
 GATE_PASSWORD_ENV = "AIRFLOW_ICEBERG_GATE_PASSWORD"
@@ -52,9 +55,11 @@ class WriterVerdict:
     from_cache: bool = False
 
 
-def check_gate(connection: Any, table: str) -> WriterVerdict:
-    """Run :data:`WRITER_CHECK_SQL` for ``table`` (``catalog.namespace.table``) on a pymysql connection."""
-    return _read_gate(connection, table)[0]
+def check_gate(connection: Any, table: str, writer_id: str | None = None) -> WriterVerdict:
+    """Run :data:`WRITER_CHECK_SQL` for ``table`` (``catalog.namespace.table``) on a pymysql connection, as
+    ``writer_id`` (None: a writer the closing did not decide for, as one of the previous protocol: any closing
+    pauses it)."""
+    return _read_gate(connection, table, writer_id)[0]
 
 
 def default_writer_id() -> str:
@@ -83,9 +88,28 @@ def _run(connection: Any, table: str, statement: str, parameters: tuple[Any, ...
     connection.commit()
 
 
-def _register(connection: Any, table: str, writer_id: str) -> None:
+@dataclass(frozen=True)
+class Declaration:
+    """What a writer says of its commits when it registers: their kind, its Iceberg release, and what its snapshots'
+    summaries name it by (``key=value``). A writer that says nothing pauses at every closing."""
+
+    commit_kind: CommitKind | None = None
+    iceberg_version: str | None = None
+    commits_as: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "commit_kind", parse_commit_kind(self.commit_kind, where="commit_kind"))
+        if self.commits_as is not None and not re.fullmatch(r"[\w.\-]+=\S.*", self.commits_as):
+            raise ValueError(
+                f"commits_as must be key=value, the summary entry its snapshots carry (flink.job-id=..., "
+                f"spark.app.id=...), got {shown(self.commits_as)}"
+            )
+
+
+def _register(connection: Any, table: str, writer_id: str, said: Declaration) -> None:
     """Run :data:`WRITER_REGISTER_SQL` and commit it, so the registration is visible before the writer looks."""
-    _run(connection, table, WRITER_REGISTER_SQL, (table, writer_id))
+    parameters = (table, writer_id, said.commit_kind, said.iceberg_version, said.commits_as)
+    _run(connection, table, WRITER_REGISTER_SQL, parameters)
 
 
 def _mark(connection: Any, table: str, writer_id: str, busy: bool) -> None:
@@ -96,13 +120,13 @@ def _mark(connection: Any, table: str, writer_id: str, busy: bool) -> None:
         _run(connection, table, WRITER_DONE_SQL, (table, writer_id))
 
 
-def _read_gate(connection: Any, table: str) -> tuple[WriterVerdict, float]:
-    """The verdict, and the seconds left on a pausing lease (0 when not paused)."""
+def _read_gate(connection: Any, table: str, writer_id: str | None) -> tuple[WriterVerdict, float]:
+    """The verdict for ``writer_id``, and the seconds left on a pausing lease (0 when not paused)."""
     import pymysql
 
     try:
         with connection.cursor(pymysql.cursors.DictCursor) as cursor:
-            cursor.execute(WRITER_CHECK_SQL, (table,))
+            cursor.execute(WRITER_CHECK_SQL, (writer_id, table))
             row = cursor.fetchone()
     except pymysql.err.ProgrammingError as error:
         if error.args[0] != NO_SUCH_TABLE:
@@ -125,14 +149,22 @@ class WriteGateClient:
     closed gate never pauses the writer past its lease, and an outage never pauses it longer than that.
 
     It registers as ``writer_id`` (:data:`WRITER_REGISTER_SQL`) at its first look and then every
-    :data:`REGISTER_EVERY_SECONDS`, and it acknowledges a pause under that id, so several writers of one table
-    are each waited for. A MySQL user without the protocol's
+    :data:`REGISTER_EVERY_SECONDS`, saying what it commits, and it acknowledges a pause under that id, so several
+    writers of one table are each waited for. A closing pauses only the writers that can conflict with its work
+    (``core/conflicts.py``): one that declares nothing pauses at every closing. A MySQL user without the protocol's
     grants is an error (:class:`WriteGateAccessError`), never taken for an outage.
 
     :param table: The table, ``catalog.namespace.table``.
     :param connect: Returns a new pymysql connection to the gate's database; called again after a failure.
     :param writer_id: This writer's name at the gate, at most 200 characters; keep it across restarts (the job's
         name, say). Default: host name and process id.
+    :param commit_kind: What its commits do (:class:`~airflow_iceberg.core.conflicts.CommitKind`: ``appends``,
+        ``upserts`` or ``row-level``); None: not said, so every closing pauses it. An unknown kind is refused here,
+        before anything reaches the gate.
+    :param iceberg_version: The Iceberg release it commits with (the conflict rule reads it for upserts).
+    :param commits_as: The ``key=value`` its snapshots' summaries carry (``spark.app.id=...``), by which a
+        compaction tells its commits from an unknown writer's; a writer that keeps committing through a closing
+        needs one.
     :param poke_interval: Seconds between checks while the gate is closed.
     :param clock: Monotonic clock, in seconds.
     :param sleep: Waits the given seconds; with ``clock``, replaceable to run the outage rule on a fake clock.
@@ -145,6 +177,9 @@ class WriteGateClient:
         connect: Callable[[], Any],
         *,
         writer_id: str | None = None,
+        commit_kind: CommitKind | str | None = None,
+        iceberg_version: str | None = None,
+        commits_as: str | None = None,
         poke_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -152,6 +187,7 @@ class WriteGateClient:
     ) -> None:
         self.table = table
         self.writer_id = writer_id or default_writer_id()
+        self.declaration = Declaration(commit_kind, iceberg_version, commits_as)  # type: ignore[arg-type]
         self._connect = connect
         self._connection: Any = None
         self.poke_interval = poke_interval
@@ -206,9 +242,9 @@ class WriteGateClient:
 
         try:
             if self._clock() >= self._register_due:
-                _register(self._db(), self.table, self.writer_id)
+                _register(self._db(), self.table, self.writer_id, self.declaration)
                 self._register_due = self._clock() + REGISTER_EVERY_SECONDS
-            verdict, seconds_left = _read_gate(self._db(), self.table)
+            verdict, seconds_left = _read_gate(self._db(), self.table, self.writer_id)
         except (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError) as error:
             raise_if_denied(error, self.table)
             self._drop_connection()
@@ -221,6 +257,14 @@ class WriteGateClient:
         self._last = verdict
         self._pause_ends_at = self._clock() + seconds_left
         return verdict
+
+    def declare(self, **changes: Any) -> None:
+        """Say more of what this writer commits (``commit_kind``, ``iceberg_version``, ``commits_as``): what it had
+        not said yet stays as it was, and the next look registers anew. A change of what it declared makes it pause
+        at a closing that let it keep committing, until the next closing decides."""
+        fields = {name: value for name, value in changes.items() if value is not None}
+        self.declaration = replace(self.declaration, **fields)
+        self._register_due = float("-inf")
 
     def may_commit(self) -> bool:
         """The protocol's answer for this moment."""
@@ -235,7 +279,7 @@ class WriteGateClient:
 
         try:
             db = self._db()
-            _register(db, self.table, self.writer_id)  # the acknowledgement updates this writer's own row
+            _register(db, self.table, self.writer_id, self.declaration)  # the acknowledgement updates its own row
             with db.cursor() as cursor:
                 cursor.execute(WRITER_ACK_SQL, (last_snapshot_id, self.table, self.writer_id))
                 taken = cursor.rowcount >= 1
@@ -379,12 +423,19 @@ def _close(connection: Any) -> None:
 
 
 def add_gate_arguments(parser: Any, *, ungated_help: str = "omit to write ungated") -> None:
-    """Add ``--gate-host``, ``--gate-port``, ``--gate-user``, ``--gate-database`` and ``--gate-writer-id``."""
+    """Add ``--gate-host``, ``--gate-port``, ``--gate-user``, ``--gate-database``, ``--gate-writer-id`` and
+    ``--gate-commit-kind``."""
     parser.add_argument("--gate-host", default="127.0.0.1")
     parser.add_argument("--gate-port", type=int, default=3306)
     parser.add_argument("--gate-user", default="root")
     parser.add_argument("--gate-database", default=None, help=f"the gate's database; {ungated_help}")
     parser.add_argument("--gate-writer-id", default=None, help="this writer's name at the gate (default: host:pid)")
+    parser.add_argument(
+        "--gate-commit-kind",
+        default=None,
+        choices=[kind.value for kind in CommitKind],
+        help="what its commits do; omit to say nothing, and pause at every closing",
+    )
 
 
 def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **kwargs: Any) -> WriteGateClient | None:
@@ -399,5 +450,5 @@ def client_from_arguments(args: Any, table: str, environ: Mapping[str, str], **k
         password=environ.get(GATE_PASSWORD_ENV, ""),
         database=args.gate_database,
         writer_id=args.gate_writer_id,
-        **kwargs,
+        **{"commit_kind": getattr(args, "gate_commit_kind", None), **kwargs},
     )

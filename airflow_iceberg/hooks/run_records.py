@@ -47,7 +47,7 @@ FAILURE_XCOM_KEY = "failure"
 RUN_COLUMNS = (
     "table_name", "dag_id", "run_id", "decision", "reason", "partitions", "data_files_before",
     "delete_files_before", "bytes_before", "data_files_after", "delete_files_after", "bytes_after", "health_score",
-    "gate_closed_seconds", "rewrite_seconds", "outcome", "detail",
+    "gate_closed_seconds", "rewrite_seconds", "outcome", "detail", "writers",
 )  # fmt: skip
 
 # One row per DAG run: the plan writes it, the run's last task completes it (a retry overwrites its own row).

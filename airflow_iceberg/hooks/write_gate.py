@@ -21,9 +21,10 @@ from typing import Any
 import pymysql
 from airflow.sdk import BaseHook
 
+from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork, summary
 from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID, owner_connection
 from airflow_iceberg.core.gate_state import GateOwner, GateState
-from airflow_iceberg.core.gate_store import GateLease, GateStore
+from airflow_iceberg.core.gate_store import CloseAttempt, GateLease, GateStore
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.spark_slots import SparkSlotQueue, SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
@@ -190,18 +191,20 @@ class WriteGateHook(BaseHook):
         lease_seconds: int,
         max_pause_seconds: int | None = None,
         slot: SparkSlotRequest | None = None,
+        work: GuardedWork = UNDESCRIBED,
     ) -> GateState:
         """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``, at once or not at all
-        (:meth:`GateStore.close`): :class:`WriteGateHeldError` if another run holds it, :class:`SparkSlotsBusyError`
-        while ``slot`` is not the run's yet; either changes nothing but the audit trail or the slot queue.
+        (:meth:`GateStore.close`), pausing the writers that can conflict with ``work`` (without it, every writer):
+        :class:`WriteGateHeldError` if another run holds it, :class:`SparkSlotsBusyError` while ``slot`` is not the
+        run's yet; either changes nothing but the audit trail or the slot queue.
         """
         name = str(TableName.of(table))
         attempt = self.store.close(
-            name, owner, lease_seconds=lease_seconds, max_pause_seconds=max_pause_seconds, slot=slot
+            name, owner, lease_seconds=lease_seconds, max_pause_seconds=max_pause_seconds, slot=slot, work=work
         )
         if not attempt.closed:
             raise attempt.refusal()
-        self._log_closed(attempt.state)
+        self.log_closed(attempt)
         return attempt.state
 
     def close_gate_waiting(
@@ -212,28 +215,43 @@ class WriteGateHook(BaseHook):
         lease_seconds: int,
         max_pause_seconds: int | None,
         slot: SparkSlotRequest | None,
+        work: GuardedWork,
         timeout: float,
         poke_interval: float,
-    ) -> GateState:
+    ) -> CloseAttempt:
         """Close the gate as :meth:`close_gate` does, waiting up to ``timeout`` seconds while another run holds it
-        or the slots are taken (:meth:`GateStore.close_waiting`)."""
-        state = self.store.close_waiting(
+        or the slots are taken (:meth:`GateStore.close_waiting`); the closing, with what it decided per writer."""
+        attempt = self.store.close_waiting(
             str(TableName.of(table)),
             owner,
             lease_seconds=lease_seconds,
             max_pause_seconds=max_pause_seconds,
             slot=slot,
+            work=work,
             timeout=timeout,
             poke_interval=poke_interval,
             log=self.log.info,
         )
-        self._log_closed(state)
-        return state
+        self.log_closed(attempt)
+        return attempt
 
-    def _log_closed(self, state: GateState) -> None:
+    def log_closed(self, attempt: CloseAttempt) -> None:
+        """Log a closing: until when, and for each writer whether it pauses and why."""
+        state = attempt.state
         self.log.info(
-            "Write gate of %s closed by %s until %s (database time)", state.table, state.owner, state.lease_expires_at
+            "Write gate of %s closed by %s until %s (database time): %s",
+            state.table,
+            state.owner,
+            state.lease_expires_at,
+            summary(attempt.pauses),
         )
+        for decision in attempt.pauses:
+            self.log.info(
+                "Writer %s %s: %s",
+                decision.writer_id,
+                "pauses" if decision.pause else "keeps committing",
+                decision.reason,
+            )
 
     def renew_lease(self, table: TableName | str, owner: GateOwner) -> GateState:
         """Extend the lease of a gate ``owner`` holds by the lease it closed with, never past the pause's deadline.

@@ -119,3 +119,22 @@ ALTER TABLE iceberg_health_check
 -- version 8: a writer in the middle of a long write (a batch DELETE, a MERGE) says so, so no compaction starts under it
 ALTER TABLE iceberg_write_gate_writer
     ADD COLUMN busy_until TIMESTAMP(6) NULL DEFAULT NULL COMMENT 'writing until then, unless renewed; NULL between writes';
+
+-- version 9: writers say what they commit, and a closing pauses only the writers that can conflict with its work
+ALTER TABLE iceberg_write_gate_writer
+    ADD COLUMN commit_kind          VARCHAR(16)   NULL COMMENT 'appends, upserts or row-level, as the writer declared; NULL: nothing, so it pauses',
+    ADD COLUMN iceberg_version      VARCHAR(32)   NULL COMMENT 'the Iceberg release it commits with, as it said',
+    ADD COLUMN commits_as           VARCHAR(250)  NULL COMMENT 'key=value that its snapshots'' summaries carry: flink.job-id=..., spark.app.id=...',
+    ADD COLUMN observed_kind        VARCHAR(16)   NULL COMMENT 'wider than it declared, as the table''s history showed (written by Airflow)',
+    ADD COLUMN observed_snapshot_id BIGINT        NULL COMMENT 'the snapshot that showed it',
+    ADD COLUMN observed_detail      VARCHAR(1000) NULL COMMENT 'what that snapshot did',
+    ADD COLUMN exempt_closed_at     TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'it keeps committing through the closing of that time (written by Airflow)',
+    ADD COLUMN pause_reason         VARCHAR(1000) NULL COMMENT 'why the last closing paused it, or did not (written by Airflow)',
+    ADD CONSTRAINT iceberg_write_gate_writer_kind CHECK (commit_kind IN ('appends', 'upserts', 'row-level')),
+    ADD CONSTRAINT iceberg_write_gate_writer_observed CHECK (observed_kind IN ('appends', 'upserts', 'row-level'));
+
+ALTER TABLE iceberg_write_gate
+    ADD COLUMN history_checked_ms BIGINT NULL COMMENT 'the newest snapshot (epoch ms) whose writer a plan has checked';
+
+ALTER TABLE iceberg_compaction_run
+    ADD COLUMN writers TEXT NULL COMMENT 'JSON: each writer, whether the run paused it, and why';

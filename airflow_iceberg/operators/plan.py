@@ -19,6 +19,7 @@ from airflow.providers.standard.operators.python import ShortCircuitOperator
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowSkipException
 
+from airflow_iceberg.core.conflicts import GuardedWork
 from airflow_iceberg.core.gate_state import AuditAction
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
@@ -27,6 +28,7 @@ from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY, Outcome
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 from airflow_iceberg.operators.run_params import overrides_from_params
 from airflow_iceberg.planning.health import HealthThresholds, read_health
+from airflow_iceberg.planning.history import Observation, observe_writers
 from airflow_iceberg.planning.plan import Decision, plan_table
 
 #: Decisions that run no rewrite, and the outcome their record gets.
@@ -40,6 +42,17 @@ def _check_predicates(predicates: Mapping[str, str | None]) -> None:
     for procedure, predicate in predicates.items():
         if predicate is not None:  # None: the whole table
             check_predicate(predicate, f"the plan's where for {procedure}")
+
+
+def guarded_work(predicates: Mapping[str, str | None], format_version: int, options: Mapping[str, Any]) -> GuardedWork:
+    """What the run does while it holds the gate, for the conflict rule: the rewrites it runs, on a table of this
+    format, with ``rewrite_data_files``' options."""
+    keep = options.get("use-starting-sequence-number", True)
+    return GuardedWork(
+        procedures=tuple(predicates),
+        format_version=format_version,
+        use_starting_sequence_number=str(keep).lower() not in ("false", "0"),
+    )
 
 
 def health_watch_reasons(context: Mapping[str, Any]) -> list[str]:
@@ -107,6 +120,28 @@ class PlanCompactionOperator(ShortCircuitOperator):
             )
             raise
 
+    def _verify_writers(self, gate: WriteGateHook, iceberg_table: Any) -> list[Observation]:
+        """Trust, then verify: read what the table's writers committed since the last check (``planning/history.py``),
+        and record each that committed more than it declared, so that the closing to come pauses it."""
+        name = str(self.table)
+        state = gate.get_state(name)
+        observed = observe_writers(iceberg_table, state.writers, state.history_checked_ms)
+        for observation in observed:
+            gate.store.observe(
+                name, observation.writer_id, observation.kind, observation.snapshot_id, observation.detail
+            )
+            self.log.warning(
+                "Writer %s declared %s, but %s: it is taken as %s from now on, and pauses when that conflicts",
+                observation.writer_id,
+                next((w.commit_kind for w in state.writers if w.writer_id == observation.writer_id), None),
+                observation.detail,
+                observation.kind,
+            )
+        snapshots = iceberg_table.metadata.snapshots
+        if snapshots:
+            gate.store.history_checked(name, max(s.timestamp_ms for s in snapshots))
+        return observed
+
     def _plan_and_record(self, context: Mapping[str, Any]) -> bool:
         ti = context["ti"]
         overrides = overrides_from_params(context["params"])  # already checked by check_run_params
@@ -139,9 +174,20 @@ class PlanCompactionOperator(ShortCircuitOperator):
             self.log.info("Needs work: %s: %s", partition["partition"], "; ".join(partition["reasons"]))
         self.log.info("Plan: %s (%s); rewrites: %s", plan.decision, plan.reason, plan.predicates or "none")
         outcome = Outcome.DRY_RUN if overrides.dry_run else _ENDS_HERE.get(plan.decision, Outcome.RUNNING)
-        ti.xcom_push(key="plan", value={**plan.as_xcom(), "outcome": outcome.value})
+        work = guarded_work(plan.predicates, iceberg_table.metadata.format_version, options)
+        gate = WriteGateHook(self.write_gate_conn_id)
+        observed = self._verify_writers(gate, iceberg_table) if outcome == Outcome.RUNNING else []
+        ti.xcom_push(
+            key="plan",
+            value={
+                **plan.as_xcom(),
+                "outcome": outcome.value,
+                "work": work.as_xcom(),
+                "observed": [o.as_xcom() for o in observed],
+            },
+        )
         owner = run_owner(context)
-        WriteGateHook(self.write_gate_conn_id).records.record_run(
+        gate.records.record_run(
             {
                 "table_name": self.table,
                 "dag_id": owner.dag_id,
@@ -165,7 +211,8 @@ class PlanCompactionOperator(ShortCircuitOperator):
 
 
 class RecordRunOperator(BaseOperator):
-    """Complete the run's record: health after, gate and rewrite seconds, and the outcome (the run's teardown).
+    """Complete the run's record: health after, gate and rewrite seconds, each writer and whether the run paused it,
+    and the outcome (the run's teardown).
 
     The outcome is ``success`` when the rewrite task completed (it pushes its wall time only then), else
     ``failed``, with the rewrite's partial failure (the planned files it left as they were) as its detail.
@@ -175,6 +222,7 @@ class RecordRunOperator(BaseOperator):
     :param write_gate_conn_id: Connection of the gate's database.
     :param plan_task_id: The task that pushed the plan.
     :param rewrite_task_id: The task that ran the rewrites.
+    :param close_task_id: The task that closed the gate: its XCom says which writers paused, and why.
     """
 
     def __init__(
@@ -185,6 +233,7 @@ class RecordRunOperator(BaseOperator):
         write_gate_conn_id: str,
         plan_task_id: str = "plan_compaction",
         rewrite_task_id: str = "rewrite_files",
+        close_task_id: str = "close_gate",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -193,6 +242,7 @@ class RecordRunOperator(BaseOperator):
         self.write_gate_conn_id = write_gate_conn_id
         self.plan_task_id = plan_task_id
         self.rewrite_task_id = rewrite_task_id
+        self.close_task_id = close_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
         ti = context["ti"]
@@ -203,6 +253,7 @@ class RecordRunOperator(BaseOperator):
             raise AirflowSkipException(f"{self.plan_task_id} ended the run ({plan['outcome']}) and recorded it")
         seconds = ti.xcom_pull(task_ids=self.rewrite_task_id, key="seconds")
         partial = ti.xcom_pull(task_ids=self.rewrite_task_id, key="partial_failure")
+        closing = ti.xcom_pull(task_ids=self.close_task_id) or {}
         owner = run_owner(context)
         gate = WriteGateHook(self.write_gate_conn_id)
         trail = [
@@ -228,6 +279,7 @@ class RecordRunOperator(BaseOperator):
             "rewrite_seconds": seconds,
             "outcome": Outcome.FAILED if seconds is None else Outcome.SUCCESS,
             "detail": (partial or self._what_failed(context))[:1000] if seconds is None else None,
+            "writers": json.dumps(closing["writers"]) if "writers" in closing else None,
         }
         gate.records.record_run(record, finished=True)
         self.log.info("Run record of %s: %s", self.table, record)

@@ -4,24 +4,30 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
 
+from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork
 from airflow_iceberg.core.gate_state import check_lease_seconds
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import GateBusyError, SparkSlotsBusyError
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
 
+#: ``pause_writers``'s values: the writers that can conflict with the run's work, or every writer.
+PAUSE_WRITERS = ("conflicting", "all")
+
 
 class CloseWriteGateOperator(BaseOperator):
     """Close the write gate of an Iceberg table for this DAG run, with a lease.
 
-    Writers pause while the gate is closed and its lease has not ended. Closing succeeds if the gate is open,
+    The writers that can conflict with what the run does pause while the gate is closed and its lease has not
+    ended; the others keep committing (the rule is ``core/conflicts.py``). Closing succeeds if the gate is open,
     its lease has expired, or this run already holds it (a retry renews the lease). If another run holds it,
     the task waits up to ``gate_wait_seconds`` for it, then fails having changed nothing. Pushes the
-    close time and lease end (database clock) to XCom.
+    close time and lease end (database clock) to XCom, and each writer with whether it pauses and why.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param lease_seconds: How long the gate stays closed if this run stops renewing it: the tasks that follow
@@ -39,7 +45,11 @@ class CloseWriteGateOperator(BaseOperator):
         gate closes only when the run gets a slot, and waiting runs get the free slots worst table first (the
         health score of ``plan_task_id``'s plan), so writers are never paused while their rewrite waits for
         the cluster. The wait counts against ``gate_wait_seconds``. None: no limit.
-    :param plan_task_id: The task whose ``plan`` XCom holds the health score; without one the score is 0.
+    :param plan_task_id: The task whose ``plan`` XCom holds the health score (without one the score is 0) and what
+        the run does while it holds the gate (its ``work``): the closing pauses only the writers that can conflict
+        with it (``core/conflicts.py``), and without it every writer.
+    :param pause_writers: ``conflicting`` (the default): pause only the writers that can conflict with the run's
+        work; ``all``: every writer, as before the gate knew what writers commit.
     :param deferrable: Wait for a held gate or a Spark slot in the triggerer (``CloseGateTrigger``), holding no
         worker meanwhile: with ``spark_slots``, a burst of runs waiting in their workers could take every worker,
         and the runs that got a slot could then not go on. A gate closed at the first look closes in the worker.
@@ -60,10 +70,13 @@ class CloseWriteGateOperator(BaseOperator):
         spark_conn_id: str | None = None,
         spark_slots: int | None = None,
         plan_task_id: str | None = None,
+        pause_writers: str = "conflicting",
         deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if pause_writers not in PAUSE_WRITERS:
+            raise ValueError(f"pause_writers must be one of {', '.join(PAUSE_WRITERS)}, got {pause_writers!r}")
         check_lease_seconds(lease_seconds)
         if spark_slots is not None:
             check_lease_seconds(spark_slots, "spark_slots")
@@ -84,13 +97,24 @@ class CloseWriteGateOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.spark_slots = spark_slots
         self.plan_task_id = plan_task_id
+        self.pause_writers = pause_writers
         self.deferrable = deferrable
 
-    def _slot_request(self, context: Context) -> SparkSlotRequest | None:
+    def _plan(self, context: Context) -> dict[str, Any]:
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan") if self.plan_task_id else None
+        return plan or {}
+
+    def _work(self, plan: Mapping[str, Any]) -> GuardedWork:
+        """What the run does while it holds the gate, from its plan; undescribed (every writer pauses) without."""
+        if "work" not in plan:
+            return UNDESCRIBED
+        work = GuardedWork.from_xcom(plan["work"])
+        return replace(work, pause_all=True) if self.pause_writers == "all" else work
+
+    def _slot_request(self, plan: Mapping[str, Any]) -> SparkSlotRequest | None:
         if self.spark_slots is None:
             return None
-        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id, key="plan") if self.plan_task_id else None
-        score = int((plan or {}).get("score") or 0)
+        score = int(plan.get("score") or 0)
         # Asked again every poke_interval: a run that stops asking (killed) frees its place after three misses.
         patience = max(60, math.ceil(3 * self.poke_interval))
         return SparkSlotRequest(self.spark_conn_id, self.spark_slots, score, patience)  # type: ignore[arg-type]
@@ -98,17 +122,33 @@ class CloseWriteGateOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
-        close = {"lease_seconds": self.lease_seconds, "max_pause_seconds": self.max_pause_seconds}
-        slot = self._slot_request(context)
+        plan = self._plan(context)
+        work, slot = self._work(plan), self._slot_request(plan)
         if not self.deferrable or self.gate_wait_seconds == 0:
-            state = hook.close_gate_waiting(
-                self.table, owner, **close, slot=slot, timeout=self.gate_wait_seconds, poke_interval=self.poke_interval
+            attempt = hook.close_gate_waiting(
+                self.table,
+                owner,
+                lease_seconds=self.lease_seconds,
+                max_pause_seconds=self.max_pause_seconds,
+                slot=slot,
+                work=work,
+                timeout=self.gate_wait_seconds,
+                poke_interval=self.poke_interval,
             )
-            return {"table": str(self.table), **state.close_times()}
+            return {"table": str(self.table), **attempt.as_xcom()}
         # One look in the worker; if the run must wait, the waiting in the triggerer.
-        attempt = hook.store.close(str(self.table), owner, **close, slot=slot, only_if_free=True)
+        attempt = hook.store.close(
+            str(self.table),
+            owner,
+            lease_seconds=self.lease_seconds,
+            max_pause_seconds=self.max_pause_seconds,
+            slot=slot,
+            work=work,
+            only_if_free=True,
+        )
         if attempt.closed:
-            return {"table": str(self.table), **attempt.state.close_times()}
+            hook.log_closed(attempt)
+            return {"table": str(self.table), **attempt.as_xcom()}
         self.log.info("%s; waiting in the triggerer, the gate open meanwhile", attempt.detail)
         from datetime import datetime, timedelta, timezone
 
@@ -126,6 +166,7 @@ class CloseWriteGateOperator(BaseOperator):
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
                 slot=None if slot is None else vars(slot).copy(),
+                work=work.as_xcom(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.gate_wait_seconds + 60 + 2 * self.poke_interval),
@@ -138,7 +179,7 @@ class CloseWriteGateOperator(BaseOperator):
                 event.get("error", ""), RuntimeError
             )
             raise error(f"gave up after {self.gate_wait_seconds} s: {event.get('message')}")
-        return {"table": str(self.table), **{k: event[k] for k in ("closed_at", "lease_expires_at", "pause_deadline")}}
+        return {"table": str(self.table), **{k: v for k, v in event.items() if k != "closed"}}
 
 
 class OpenWriteGateOperator(BaseOperator):

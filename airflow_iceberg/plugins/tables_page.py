@@ -224,7 +224,7 @@ def build_app() -> Any:
                 "state": "open" if owner is None else "closed",
                 "line": report.gate_line(gate) if gate is not None else "-",
                 "owner": owner,
-                "writers": [{**asdict(w), "seen_at": iso(w.seen_at), "ack_at": iso(w.ack_at)} for w in writers],
+                "writers": [tables_view.writer(gate, w) for w in writers] if gate is not None else [],
             },
             "health": None if health is None else asdict(health),
             "check": None
@@ -274,7 +274,7 @@ def build_app() -> Any:
 _RUN_FIELDS = (
     "dag_id", "run_id", "decision", "outcome", "reason", "data_files_before", "data_files_after",
     "delete_files_before", "delete_files_after", "bytes_before", "bytes_after", "gate_closed_seconds",
-    "rewrite_seconds", "detail",
+    "rewrite_seconds", "detail", "writers",
 )  # fmt: skip
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from airflow_iceberg.core.gate_state import GateState, WriterState
 from airflow_iceberg.exceptions import TablesQueryError
 from airflow_iceberg.hooks.run_records import NEEDING_WORK, HealthDecision, Outcome
 
@@ -157,4 +158,24 @@ def page(rows: Iterable[Mapping[str, Any]], query: TablesQuery) -> dict[str, Any
         "pages": pages,
         "page_size": query.page_size,
         "rows": kept[start : start + query.page_size],
+    }
+
+
+def writer(gate: GateState, writer: WriterState) -> dict[str, Any]:
+    """A writer as the page shows it: what it declares and what its commits were seen to do, and whether the gate's
+    closing now pauses it, with the closing's reason."""
+    closed = gate.pauses_writers
+    return {
+        "writer_id": writer.writer_id,
+        "seen_at": iso(writer.seen_at),
+        "ack_at": iso(writer.ack_at),
+        "ack_snapshot_id": writer.ack_snapshot_id,
+        "commit_kind": writer.commit_kind,
+        "iceberg_version": writer.iceberg_version,
+        "commits_as": writer.commits_as,
+        "observed_kind": writer.observed_kind,
+        "observed_snapshot_id": writer.observed_snapshot_id,
+        "observed_detail": writer.observed_detail,
+        "paused": closed and not gate.exempt(writer),
+        "pause_reason": writer.pause_reason if closed else None,
     }

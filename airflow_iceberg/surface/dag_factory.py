@@ -173,6 +173,7 @@ def _gated_rewrites(
         spark_conn_id=config.spark_conn_id,
         spark_slots=config.spark_slots,
         plan_task_id=plan.task_id,
+        pause_writers=config.pause_writers,
         # With Spark slots, runs queue for them: waiting in workers, a burst would take every worker.
         deferrable=config.deferrable or config.spark_slots is not None,
         doc_md=docs.close_gate(config),

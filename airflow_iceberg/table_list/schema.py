@@ -317,6 +317,11 @@ class TableConfig(BaseModel):
         default=900, ge=0, description="How long close_gate waits for a held gate or a Spark slot"
     )
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
+    pause_writers: Literal["conflicting", "all"] = Field(
+        default="conflicting",
+        description="Which writers a compaction pauses: `conflicting`, those whose commits can conflict with its "
+        "rewrites (each writer declares what it commits; one that declares nothing pauses), or `all`, every writer",
+    )
     where: str | dict[str, str | None] | None = Field(
         default=None,
         description="Templated Spark SQL predicate for both rewrites, or one per procedure (a procedure left out "

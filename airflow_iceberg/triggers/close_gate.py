@@ -22,6 +22,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.gate_store import CloseAttempt
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
@@ -30,11 +31,14 @@ from airflow_iceberg.core.spark_slots import SparkSlotRequest
 class CloseGateTrigger(BaseTrigger):
     """Look every ``poke_interval`` seconds until the run closes ``table``'s gate, or ``deadline`` passes.
 
-    The event is ``{"closed": true, "closed_at", "lease_expires_at", "pause_deadline"}`` (ISO times, the database's
-    clock), or ``{"closed": false, "error", "message"}`` with the last look's reason: the gate held by another run
-    (``WriteGateHeldError``), the slots busy (``SparkSlotsBusyError``), or the gate's database unreachable.
+    The event is ``{"closed": true, "closed_at", "lease_expires_at", "pause_deadline", "writers", ...}`` (ISO times,
+    the database's clock; :meth:`CloseAttempt.as_xcom`), or ``{"closed": false, "error", "message"}`` with the last
+    look's reason: the gate held by another run (``WriteGateHeldError``), the slots busy (``SparkSlotsBusyError``),
+    or the gate's database unreachable.
 
     :param slot: The run's Spark slot request (``SparkSlotRequest``'s fields), or None.
+    :param work: What the run does while it holds the gate (``GuardedWork.as_xcom()``); None: not said, so every
+        writer pauses.
     :param deadline: When to stop looking (ISO, UTC).
     """
 
@@ -50,6 +54,7 @@ class CloseGateTrigger(BaseTrigger):
         poke_interval: float,
         deadline: str,
         slot: dict[str, Any] | None = None,
+        work: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.table = table
@@ -60,6 +65,7 @@ class CloseGateTrigger(BaseTrigger):
         self.poke_interval = float(poke_interval)
         self.deadline = datetime.fromisoformat(deadline)
         self.slot = SparkSlotRequest(**slot) if slot else None
+        self.work = GuardedWork.from_xcom(work) if work is not None else UNDESCRIBED
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -74,6 +80,7 @@ class CloseGateTrigger(BaseTrigger):
                 "poke_interval": self.poke_interval,
                 "deadline": self.deadline.isoformat(),
                 "slot": None if self.slot is None else vars(self.slot).copy(),
+                "work": self.work.as_xcom(),
             },
         )
 
@@ -86,6 +93,7 @@ class CloseGateTrigger(BaseTrigger):
             lease_seconds=self.lease_seconds,
             max_pause_seconds=self.max_pause_seconds,
             slot=self.slot,
+            work=self.work,
             only_if_free=not last,
         )
 
@@ -95,7 +103,7 @@ class CloseGateTrigger(BaseTrigger):
             try:
                 attempt = await asyncio.to_thread(self._look, last)
                 if attempt.closed:
-                    yield TriggerEvent({"closed": True, **attempt.state.close_times()})
+                    yield TriggerEvent({"closed": True, **attempt.as_xcom()})
                     return
                 error, message = attempt.refused.__name__ if attempt.refused else "RuntimeError", attempt.detail
                 self.log.info("%s; the gate stays open meanwhile", message)

@@ -15,25 +15,31 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.idle import IdleCheck, Snapshot, committed_by, decide_idle, why_not_idle
+from airflow_iceberg.core.idle import IdleCheck, Snapshot, decide_idle, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 
+#: How many of the table's newest snapshots a look reads: the writers that keep committing through a closing may
+#: commit many while it lasts, and the newest one of anybody else's is what the idle rule wants.
+RECENT_SNAPSHOTS = 200
 
-def newest_snapshot(iceberg_conn_id: str, table: TableName) -> Snapshot | None:
-    """The table's newest snapshot on any branch, read with pyiceberg; None if it has none."""
+
+def recent_snapshots(iceberg_conn_id: str, table: TableName, limit: int = RECENT_SNAPSHOTS) -> list[Snapshot]:
+    """The table's ``limit`` newest snapshots on any branch, newest first, read with pyiceberg (its metadata file
+    lists them: no further read)."""
     metadata = load_iceberg_table(iceberg_conn_id, table).metadata
-    if not metadata.snapshots:
-        return None
-    newest = max(metadata.snapshots, key=lambda s: s.timestamp_ms)
-    summary = newest.summary.additional_properties if newest.summary is not None else {}
-    return Snapshot(
-        newest.snapshot_id,
-        datetime.fromtimestamp(newest.timestamp_ms / 1000, tz=timezone.utc),
-        committed_by(summary),
-    )
+    newest = sorted(metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)[:limit]
+    return [
+        Snapshot.of(
+            s.snapshot_id,
+            datetime.fromtimestamp(s.timestamp_ms / 1000, tz=timezone.utc),
+            s.summary.additional_properties if s.summary is not None else {},
+            s.summary.operation.value if s.summary is not None else None,
+        )
+        for s in newest
+    ]
 
 
 def check_snapshot_idle(
@@ -44,15 +50,15 @@ def check_snapshot_idle(
     iceberg_conn_id: str,
     write_gate_conn_id: str,
 ) -> IdleCheck:
-    """Renew the run's lease, read the table's newest snapshot, then the gate, and :func:`decide_idle` on them.
+    """Renew the run's lease, read the table's recent snapshots, then the gate, and :func:`decide_idle` on them.
 
     The renewal comes first (it fails at once if the run no longer holds the gate), and the gate with the
     database's clock is read after the catalog, so the time a slow catalog read takes counts as idle time.
     """
     hook = WriteGateHook(write_gate_conn_id)
     hook.renew_lease(table, owner)
-    newest = newest_snapshot(iceberg_conn_id, table)
-    return decide_idle(hook.get_state(table), owner, newest, idle_seconds)
+    snapshots = recent_snapshots(iceberg_conn_id, table)
+    return decide_idle(hook.get_state(table), owner, snapshots, idle_seconds)
 
 
 class SnapshotIdleTrigger(BaseTrigger):

@@ -6,7 +6,8 @@ so that the rows each side should leave are known. Its rows' values start with `
 It inserts its keys first (round 0), then every ``--interval-seconds``, in turns:
 
 - a ``DELETE ... WHERE v LIKE 'b%' AND seq % 3 = <round % 3>``: a condition on values, not on the key;
-- a ``MERGE`` of the keys with ``id % 4 = <round % 4>``, each to ``b<id>_<round>`` (update or re-insert).
+- a ``MERGE`` of the keys with ``id % 4 = <round % 4>``, each to ``b<id>_<round>`` (update or re-insert), its
+  target scoped to this job's keys (``t.id >= --first-key``), which Iceberg's conflict detection then prunes by.
 
 On a merge-on-read table each commits delete files, which a rewrite committing meanwhile conflicts with. A failed
 statement is retried, up to ``--max-attempts`` in all; one that fails every time is lost, and counted. With the gate
@@ -83,7 +84,7 @@ def statements(table: str, first: int, keys: int, round_: int, layout: str = "cd
         return "delete", f"DELETE FROM {table} WHERE {value} LIKE 'b%' AND {seq} % 3 = {round_ % 3}"
     source = _rows(layout, first, keys, round_, f" WHERE id % 4 = {round_ % 4}")
     return "merge", (
-        f"MERGE INTO {table} t USING ({source}) s ON t.{key} = s.{key} "
+        f"MERGE INTO {table} t USING ({source}) s ON t.{key} = s.{key} AND t.{key} >= {first} "
         f"WHEN MATCHED THEN UPDATE SET {value} = s.{value}, {seq} = s.{seq} "
         "WHEN NOT MATCHED THEN INSERT *"
     )
@@ -125,11 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     gate = None if holder else client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
 
     @contextmanager
-    def gated() -> Iterator[float]:
+    def gated(kind: str) -> Iterator[float]:
         """One statement's take on the gate (holding it, as a writer, or none: the ungated control); yields the
-        seconds it waited for the gate as a writer."""
+        seconds it waited for the gate as a writer. Holding it, the statement's kind decides who pauses."""
         if holder is not None:
-            with exclusive_write(spark, holder):
+            with exclusive_write(spark, holder, kind if kind in ("delete", "merge") else None):
                 yield 0.0
         elif gate is not None:
             with gated_write(spark, gate, name) as waited:
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             for attempt in range(1, args.max_attempts + 1):
                 counts["attempts"] += 1
                 try:
-                    with gated() as waited:
+                    with gated(kind) as waited:
                         counts["paused_s"] += waited
                         spark.sql(statement)
                 except Exception as error:  # a failed commit: nothing of it is in the table; try again

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from airflow_iceberg.core.job_secrets import apply_job_secrets, read_job_secrets
-from airflow_iceberg.core.spark_writers import newest_snapshot_id
+from airflow_iceberg.core.spark_writers import declare_spark_writer, newest_snapshot_id
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import add_gate_arguments, client_from_arguments
 
@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     apply_job_secrets(spark, read_job_secrets(args.job_secrets))
     gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
+    if gate is not None:
+        declare_spark_writer(spark, gate)  # its snapshots carry its application's id
     state = {"next_key": args.first_key, "batches": 0, "failed_commits": 0, "failures": [], "last_snapshot_id": None}
     status = args.status_file.open("a", buffering=1)
     try:

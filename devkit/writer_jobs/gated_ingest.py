@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--trigger-seconds", type=float, default=3.0, help="commit interval")
     parser.add_argument("--format-version", type=int, default=2, choices=(2, 3), help="3: deletion vectors")
     add_gate_arguments(parser, ungated_help="omit to ignore the gate (the ungated control)")
+    parser.add_argument(
+        "--gate-protocol",
+        choices=("current", "previous"),
+        default="current",
+        help="previous: read the gate as a writer built before gate schema version 9 does (previous_protocol.py)",
+    )
     return parser.parse_args(argv)
 
 
@@ -95,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     for statement in create_streaming_table_statements(name, columns, "bucket(4, key)", args.format_version):
         spark.sql(statement)
 
+    if args.gate_protocol == "previous":
+        from previous_protocol import use_previous_protocol  # beside this script
+
+        use_previous_protocol()
     gate = client_from_arguments(args, str(name), os.environ, poke_interval=0.5)
     state = {"last_snapshot_id": None, "max_value": -1, "batches": 0, "failed_commits": 0, "failures": []}
     status = args.status_file.open("a", buffering=1)

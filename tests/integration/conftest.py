@@ -23,7 +23,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -538,6 +538,20 @@ class StackCheck:
     def compactions(self, full: int) -> int:
         """How many compactions the check runs: ``full``, or one in a smoke run of another stack (``make test``)."""
         return 1 if os.environ.get(SMOKE_ENV) else full
+
+    def record_pauses(self, run: Any, gate_closed_seconds: float, label: Callable[[str], str]) -> dict[str, bool]:
+        """What one compaction (``run``) decided for each writer, from its close task's XCom: whether it paused,
+        by writer; and, by ``label(writer id)`` (one label for a Flink job's subtasks, say), each writer's pause
+        in this compaction, appended to ``writer_pause_seconds``: the gate's closed time if it paused, else 0."""
+        closing = run.get_task_instance("close_gate").xcom_pull(task_ids="close_gate") or {}
+        decided = {w["writer"]: bool(w["pause"]) for w in closing.get("writers", [])}
+        pauses: dict[str, float] = {}
+        for writer, paused in decided.items():
+            pauses[label(writer)] = max(pauses.get(label(writer), 0.0), gate_closed_seconds if paused else 0.0)
+        recorded = self.figures.setdefault("writer_pause_seconds", {})
+        for name, seconds in pauses.items():
+            recorded.setdefault(name, []).append(round(seconds, 1))
+        return decided
 
 
 @pytest.fixture

@@ -30,13 +30,14 @@ from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.planning.health import referenced_data_file
 from airflow_iceberg.planning.plan import plan_table
 from airflow_iceberg.surface.dag_factory import FULL_FOLDING, compaction_dag_id, full_rewrite_dag_id
-from devkit.cdc import CdcJob, ChangeStream, SqlJob, TableChanges, create_cdc_table
+from devkit.cdc import MERGE_ON_READ, CdcJob, ChangeStream, SqlJob, TableChanges, create_cdc_table
 from devkit.dag_runs import load_dag
 from devkit.flink_jobs import sql_jar, wait_for_acknowledgements
 from devkit.kafka_broker import KafkaBroker
 from devkit.private_mariadb import PrivateMariaDB
 from devkit.tables import TableStats, drop_table
-from devkit.writers import run_statements, ungated_rewrite
+from devkit.writers import BatchChangesJob, run_statements, ungated_rewrite
+from scripts import stacks
 
 #: The Flink SQL scripts of the tests, which the docs show.
 SQL_SCRIPTS = Path(__file__).parent / "flink_sql"
@@ -177,13 +178,27 @@ def rewrites_between(table: str, start: datetime, end: datetime) -> list[Any]:
     )
 
 
+def flink_sink_pauses() -> bool:
+    """Whether a compaction pauses this stack's Flink upsert sink: its position deletes are partition-scoped before
+    Iceberg 1.6 (the rule: ``core/conflicts.py``), so on ``original`` it pauses, and from 1.6 on it keeps committing."""
+    return IcebergVersion.parse(stacks.current().iceberg_flink) < IcebergVersion(1, 6)
+
+
+def flink_commits_between(table: str, start: datetime, end: datetime) -> int:
+    """How many snapshots Flink's sink committed to ``table`` between ``start`` and ``end``."""
+    window = (start.timestamp() * 1000, end.timestamp() * 1000)
+    return sum(1 for s in flink_snapshots(table) if window[0] <= s.timestamp_ms <= window[1])
+
+
 @pytest.mark.stack_check("Flink CDC upsert, gated")
 @pytest.mark.stack_smoke
 def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
     kafka, cdc_table, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
 ):
     """A delete file a compaction folded may stay in the table, dangling: it applies to nothing, and health does
-    not count it."""
+    not count it. The job pauses for each compaction only where its sink's position deletes are partition-scoped
+    (Iceberg before 1.6); elsewhere it keeps committing through it."""
+    pauses = flink_sink_pauses()
     # The table's real health thresholds (the suite's are for tiny tables), and a wait that only the writer's
     # acknowledgement ends: no rewrite starts beside a checkpoint still in flight.
     thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
@@ -220,6 +235,8 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
             opened = max(r["at"] for r in trail if r["action"] == "open")
             results = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
             compactions.append((closed, opened, results, rewrites_between(cdc_table, closed, opened)))
+            decided = stack_check.record_pauses(run, (opened - closed).total_seconds(), lambda writer: "Flink")
+            assert set(decided) == job.writer_ids and set(decided.values()) == {pauses}, decided
             stack_check.record(
                 compactions=len(compactions),
                 gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _, _ in compactions],
@@ -247,10 +264,13 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
         assert "spark" in str(rewrite_by).lower()
     else:  # Iceberg 1.5 writes no engine into a procedure's summary (1.6, apache/iceberg#9273, began to)
         assert rewrite_by is None
-    # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds).
+    # Each subtask acknowledged the pauses with a snapshot of the table (IcebergSnapshotIds), where it paused.
     history = {entry.snapshot_id for entry in load(cdc_table).history()}
     writers = gate_hook.get_state(cdc_table).writers
-    assert {w.writer_id for w in writers} == job.writer_ids and {w.ack_snapshot_id for w in writers} <= history
+    assert {w.writer_id for w in writers} == job.writer_ids
+    assert {(w.commit_kind, w.iceberg_version) for w in writers} == {("upserts", stacks.current().iceberg_flink)}
+    if pauses:
+        assert {w.ack_snapshot_id for w in writers} <= history
     for number, (closed, opened, results, rewrites) in enumerate(compactions, 1):
         data = results["rewrite_data_files"]
         assert rewrites, f"compaction {number} committed no rewrite while the gate was closed"
@@ -267,10 +287,15 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
             f"{after.equality_delete_files} equality-delete and {after.position_delete_files} position-delete "
             f"files ({health.dangling_delete_files} of them dangling); its health: {plan.decision}"
         )
-        # Nothing emitted while the gate was closed.
-        for subtask, e in events.items():
-            late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
-            assert late == [], f"subtask {subtask} emitted {len(late)} records during compaction {number}"
+        if pauses:  # nothing emitted while the gate was closed
+            for subtask, e in events.items():
+                late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
+                assert late == [], f"subtask {subtask} emitted {len(late)} records during compaction {number}"
+        else:  # it kept committing through the compaction: a checkpoint's commit within it, when it was long enough
+            committed = flink_commits_between(cdc_table, closed, opened)
+            print(f"compaction {number}: Flink committed {committed} snapshots while the gate was closed")
+            if (opened - closed).total_seconds() > 2 * ROLLING["checkpoint_ms"] / 1000:
+                assert committed > 0, f"the sink committed nothing during compaction {number}"
         # Every partition it compacted (bucket partitions: the whole table) holds no delete file that still applies,
         # and no equality-delete file at all where Iceberg removes dangling deletes (1.7 and later); the health
         # check of the table as it left it skips. What may stay is dangling: the last checkpoint's position deletes,
@@ -302,7 +327,9 @@ SQL_COMPACTION = {
 
 def acknowledged_compactions(job, table, compaction_dag, table_config, gate_hook, stack_check, count=3) -> list:
     """``count`` compactions of ``table`` beside ``job``, each once the table's health asks for one; each must
-    succeed, its wait ended by every subtask's acknowledgement. (closed, opened, rewrite_data_files' result) each."""
+    succeed, its wait ended by every subtask's acknowledgement where the compaction pauses the job (before Iceberg
+    1.6), at once where it lets it keep committing. (closed, opened, rewrite_data_files' result) each."""
+    pauses = flink_sink_pauses()
     config = table_config(table, **SQL_COMPACTION)
     thresholds = config.health.thresholds()
     where = {procedure: None for procedure in REWRITE_PROCEDURES}
@@ -316,13 +343,18 @@ def acknowledged_compactions(job, table, compaction_dag, table_config, gate_hook
         run = compaction_dag(table, **SQL_COMPACTION).test()
         assert run.state == "success", f"compaction {number} ended {run.state}"
         wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
-        assert wait["done_by"] == "writer acknowledgement", wait
-        assert set(wait["writers_acknowledged"]) == job.writer_ids, wait
+        if pauses:
+            assert wait["done_by"] == "writer acknowledgement", wait
+            assert set(wait["writers_acknowledged"]) == job.writer_ids, wait
+        else:
+            assert set(wait["writers_keeping_on"]) == job.writer_ids and wait["writers"] == [], wait
         trail = [r for r in gate_hook.audit_trail(table) if r["owner_run_id"] == run.run_id]
         closed = min(r["at"] for r in trail if r["action"] == "close")
         opened = max(r["at"] for r in trail if r["action"] == "open")
         rewritten = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
         compactions.append((closed, opened, rewritten["rewrite_data_files"]))
+        decided = stack_check.record_pauses(run, (opened - closed).total_seconds(), lambda writer: "Flink")
+        assert set(decided.values()) == {pauses}, decided
         stack_check.record(
             compactions=len(compactions),
             gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o, _ in compactions],
@@ -341,12 +373,16 @@ def pause_until_committed(gate_hook, table: str, job, run_name: str) -> None:
 
 
 def assert_nothing_emitted_while_closed(job, compactions: list, label: str) -> None:
+    """Where the compactions paused the job (its sink before Iceberg 1.6), it emitted nothing while the gate was
+    closed; elsewhere it was let keep committing, and no emission is held against it."""
     for number, (closed, opened, data) in enumerate(compactions, 1):
         print(
             f"{label}, compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s; "
             f"{data['rewritten_data_files_count']} data files -> {data['added_data_files_count']}"
         )
         assert data["failed_data_files_count"] == 0
+        if not flink_sink_pauses():
+            continue
         for subtask, e in job.events().items():
             late = e.emit_times(closed.timestamp() + EMIT_SLACK, opened.timestamp())
             assert late == [], f"subtask {subtask} emitted {len(late)} changes during compaction {number}"
@@ -625,3 +661,93 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
         f"{writer_failures if not writer_ran_through else 'no failure'}; table equals the expected state: {matches}"
     )
     assert overlapped > 0, "no Flink commit landed during an ungated rewrite: the control measured nothing"
+
+
+@pytest.mark.stack_check("Flink CDC upsert and a Spark MERGE writer, gated")
+def test_beside_a_flink_upsert_stream_and_a_spark_merge_writer_compactions_pause_only_the_merge_writer(
+    kafka, unique_name, gate_hook, compaction_dag, table_config, tmp_path, stack_check
+):
+    """One merge-on-read table, two registered writers: the CDC stream (Flink's upsert sink, keys 0 to 9,999) and a
+    Spark job that runs a ``DELETE`` by a non-key condition and a ``MERGE`` in turns on keys of its own (from 10,000;
+    ``row-level``). The table is partitioned by ranges of 10,000 keys, so the two never conflict with each other
+    (each ``MERGE`` is scoped to its keys, each ``DELETE`` is a merge-on-read one under snapshot isolation). Each
+    compaction pauses the Spark job, and the stream only where its position deletes are partition-scoped (Iceberg
+    before 1.6). No commit fails on either side; every row is as written."""
+    table = f"lake.cdc.{unique_name}"
+    properties = {**MERGE_ON_READ, "write.delete.isolation-level": "snapshot", **ROLLING_TABLE}
+    create_cdc_table(TableName.parse(table), properties=properties, key_ranges=KEYS)
+    pauses = flink_sink_pauses()
+    thresholds = {"min_small_files": 12, "max_delete_ratio": 0.1, "max_delete_age_minutes": 60}
+    settings = {"idle_seconds": 600, "health": {"watch": False, **thresholds}, "rewrite_data_files": REWRITE_TARGET}
+    config = table_config(table, **settings)
+    where = {procedure: None for procedure in REWRITE_PROCEDURES}
+    topic = f"changes_{unique_name}"
+    kafka.create_topic(topic, partitions=PARALLELISM)
+    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=table, writer_id=unique_name, **JOB, **ROLLING)
+    stream = ChangeStream(kafka, topic, KEYS)
+    merge = BatchChangesJob(
+        config, tmp_path / "merge", first_key=KEYS, keys=500, interval_seconds=3.0, writer_id=f"{unique_name}_merge"
+    )
+    compacted = threading.Event()
+    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, ROLLING_RATE, compacted), daemon=True)
+    compactions: list[tuple[datetime, datetime]] = []
+    final: dict[str, Any] = {}
+    try:
+        job.start()
+        producing.start()
+        merge.start().wait_for_batches(3)
+        for number in range(stack_check.compactions(3)):
+            job.wait_for(
+                lambda: plan_table(load(table), table, config.health.thresholds(), where, {})[1].decision == "compact",
+                "the table's health asking for a compaction",
+                timeout=180,
+            )
+            run = compaction_dag(table, **settings).test()
+            assert run.state == "success", f"compaction {number + 1} ended {run.state}"
+            trail = [r for r in gate_hook.audit_trail(table) if r["owner_run_id"] == run.run_id]
+            closed = min(r["at"] for r in trail if r["action"] == "close")
+            opened = max(r["at"] for r in trail if r["action"] == "open")
+            compactions.append((closed, opened))
+
+            def label(writer: str) -> str:
+                return "Spark MERGE" if writer == merge.writer_id else "Flink"
+
+            decided = stack_check.record_pauses(run, (opened - closed).total_seconds(), label)
+            assert decided == {merge.writer_id: True, **{w: pauses for w in job.writer_ids}}, decided
+            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+            assert merge.writer_id in wait["writers_acknowledged"], wait
+            stack_check.record(
+                compactions=len(compactions),
+                gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o in compactions],
+                rewrite_failed_commits=0,
+            )
+            merge.wait_for_batches(len(merge.batches()) + 1)
+        compacted.set()
+        producing.join(timeout=300)
+        assert not producing.is_alive(), "the producer did not finish"
+    finally:
+        compacted.set()
+        final = merge.stop(timeout=300)
+    try:
+        wait_until_committed(job, table, stream.produced)
+        assert job.running, f"the Flink job ended:\n{job.log()[-5000:]}"  # a failed commit would have ended it
+        found = read_back(table_config, table)
+    finally:
+        job.stop()
+    failed = final.get("failed_attempts", 0)
+    stack_check.record(writer_failed_commits=failed, writer_failures=final.get("failures", [])[:3])
+    assert failed == 0 and final["lost"] == 0, final["failures"]
+    if not pauses:  # the stream committed through every compaction that lasted two of its checkpoints
+        for number, (closed, opened) in enumerate(compactions, 1):
+            committed = flink_commits_between(table, closed, opened)
+            print(f"compaction {number}: {(opened - closed).total_seconds():.1f} s, {committed} Flink commits")
+            if (opened - closed).total_seconds() > 2 * ROLLING["checkpoint_ms"] / 1000:
+                assert committed > 0, f"the sink committed nothing during compaction {number}"
+    exact = {
+        "row_count": len(stream.expected) + final["rows"],
+        "keys": len(stream.expected) + final["rows"],
+        "digest": stream.digest() + final["digest"],
+    }
+    stack_check.record(rows_exact=found == exact)
+    assert found == exact
+    drop_table("lake", table)

@@ -7,17 +7,21 @@ the gate not consulted and shows Iceberg's ``ValidationException``, so the gated
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.core.tables import TableName, create_streaming_table_statements
 from airflow_iceberg.planning.health import read_health
 from devkit.live_ingest import measure
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows
-from devkit.writers import BatchInsertJob, IngestJob, ungated_rewrite
+from devkit.writers import BatchInsertJob, IngestJob, run_statements, ungated_rewrite
 
 TRIGGER_SECONDS = 3.0
+#: The reference writers' table (``gated_ingest.py`` makes it as well).
+EVENTS_COLUMNS = "key BIGINT, value BIGINT, payload STRING, ts TIMESTAMP"
 
 
 def table_rows(table: str) -> list[tuple[int, int, str]]:
@@ -49,6 +53,9 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
                 files_after_last_compaction = TableStats.read("lake", table).data_files
             job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
             figures.append(measure(run, TableName.parse(table), job))
+            # A MERGE per batch changes rows of existing files: every compaction pauses it, on every stack.
+            paused = stack_check.record_pauses(run, figures[-1].gate_closed_seconds, lambda writer: "Spark MERGE")
+            assert paused == {job.writer_id: True}, paused
             stack_check.record(
                 compactions=len(figures),
                 gate_closed_seconds=[f.gate_closed_seconds for f in figures],
@@ -167,10 +174,11 @@ def test_the_same_load_without_the_gate_fails_with_iceberg_validation_exception(
     assert compaction_conflicts or writer_conflicts, "no ValidationException on either side without the gate"
 
 
-def test_two_gated_writers_each_acknowledge_and_three_compactions_lose_nothing(
+def test_a_merge_writer_pauses_and_acknowledges_while_an_appending_writer_keeps_committing_through_three_compactions(
     unique_name, table_config, compaction_dag, tmp_path
 ):
-    """The reference streaming writer and a batch writer on one table: the wait ends only once both acknowledge."""
+    """The reference streaming writer (a MERGE per batch: row-level) and a batch writer that declares it appends, on
+    one table: each compaction pauses the first alone, and its wait ends once that one acknowledges."""
     table = f"lake.live.{unique_name}"
     config = table_config(table)
     ingest = IngestJob(config, tmp_path / "ingest", trigger_seconds=TRIGGER_SECONDS, writer_id="ingest").start()
@@ -191,7 +199,7 @@ def test_two_gated_writers_each_acknowledge_and_three_compactions_lose_nothing(
             assert run.state == "success", f"compaction {number + 1} ended {run.state}"
             wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
             assert wait["done_by"] == "writer acknowledgement", wait
-            assert sorted(wait["writers_acknowledged"]) == ["batch", "ingest"], wait
+            assert (wait["writers_acknowledged"], wait["writers_keeping_on"]) == (["ingest"], ["batch"]), wait
     finally:
         finals = [job.stop() for job in (batch, ingest) if job._thread is not None]
     assert ingest.processes_left() == [] and batch.processes_left() == []
@@ -203,3 +211,101 @@ def test_two_gated_writers_each_acknowledge_and_three_compactions_lose_nothing(
     rows = table_rows(table)
     assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
     assert {key: (value, payload) for key, value, payload in rows} == expected
+
+
+@pytest.mark.stack_check("append-only writer, gated")
+def test_an_append_only_writer_keeps_committing_through_three_compactions_and_loses_nothing(
+    unique_name, table_config, compaction_dag, tmp_path, stack_check
+):
+    """A Spark batch writer that appends only (``appends``, its snapshots named by its application id) is never
+    paused: each compaction lets it keep committing, and its wait ends at once, its commits not waited out."""
+    table = f"lake.live.{unique_name}"
+    config = table_config(table)
+    create = create_streaming_table_statements(TableName.parse(table), EVENTS_COLUMNS, "bucket(4, key)", 2)
+    run_statements(config, list(create))
+    job = BatchInsertJob(config, tmp_path / "appends", first_key=0, rows=20, interval_seconds=1.0, writer_id="appends")
+    compactions: list[tuple[Any, Any]] = []
+    final: dict[str, Any] = {}
+    try:
+        job.start().wait_for_batches(3)
+        # idle_seconds of half an hour: were its commits waited out, no compaction would end in time.
+        dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
+        for number in range(stack_check.compactions(3)):
+            job.wait_for_batches(len(job.batches()) + 3)  # new small files for the compaction to merge
+            run = dag.test()
+            assert run.state == "success", f"compaction {number + 1} ended {run.state}"
+            closed, opened = gate_window(run, table)
+            compactions.append((closed, opened))
+            assert stack_check.record_pauses(run, (opened - closed).total_seconds(), str) == {"appends": False}
+            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+            assert (wait["writers"], wait["writers_keeping_on"]) == ([], ["appends"]), wait
+            stack_check.record(
+                compactions=len(compactions),
+                gate_closed_seconds=[round((o - c).total_seconds(), 1) for c, o in compactions],
+                rewrite_failed_commits=0,  # each run succeeded
+            )
+        job.wait_for_batches(len(job.batches()) + 2)
+    finally:
+        final = job.stop()
+    stack_check.record(writer_failed_commits=final["failed_commits"], writer_failures=final["failures"][:3])
+    assert job.processes_left() == [], "the writer's Spark processes outlived it"
+    assert final["failed_commits"] == 0 and final["exit_error"] is None, final["failures"]
+    # It kept committing through each compaction: its batches came a second apart, closed gate or not.
+    batches = job.batches()
+    for number, (closed, opened) in enumerate(compactions, 1):
+        during = [b for b in batches if closed.timestamp() <= b["committed"] <= opened.timestamp()]
+        print(f"compaction {number}: gate closed {(opened - closed).total_seconds():.1f} s, {len(during)} batches")
+        assert all(b["paused_seconds"] == 0 for b in batches), "the append-only writer was paused"
+        if (opened - closed).total_seconds() > 5:
+            assert during, f"the writer committed nothing during compaction {number}"
+    rows = table_rows(table)
+    exact = sorted(rows) == [(key, key, f"b{key}") for key in range(final["first_key"], final["next_key"])]
+    stack_check.record(rows_exact=exact)
+    assert exact, f"{len(rows)} rows for keys {final['first_key']} to {final['next_key']}"
+
+
+def gate_window(run: Any, table: str) -> tuple[Any, Any]:
+    """When ``run`` closed the gate of ``table``, and when it opened it (database clock)."""
+    from airflow_iceberg.hooks.write_gate import WriteGateHook
+
+    trail = [r for r in WriteGateHook().audit_trail(table) if r["owner_run_id"] == run.run_id]
+    return min(r["at"] for r in trail if r["action"] == "close"), max(r["at"] for r in trail if r["action"] == "open")
+
+
+def test_a_writer_of_the_previous_protocol_pauses_for_three_compactions_as_before_and_loses_nothing(
+    unique_name, table_config, compaction_dag, gate_hook, tmp_path
+):
+    """A writer built before gate schema version 9 (``devkit/writer_jobs/previous_protocol.py``: it declares
+    nothing and reads the gate row alone), against the new tables: every compaction pauses it and waits for its
+    acknowledgement, as before; no commit fails on either side, and every row is as written."""
+    table = f"lake.live.{unique_name}"
+    job = IngestJob(
+        table_config(table), tmp_path / "ingest", trigger_seconds=TRIGGER_SECONDS, writer_id="old-writer",
+        previous_protocol=True,
+    )  # fmt: skip
+    finals, figures = [], []
+    try:
+        job.start().wait_for_batches(3)
+        dag = compaction_dag(table, idle_seconds=1800, max_pause_seconds=4000, poke_interval=1)
+        for number in range(3):
+            job.wait_for_batches(len(job.batches()) + 2)
+            run = dag.test()
+            assert run.state == "success", f"compaction {number + 1} ended {run.state}"
+            [decided] = run.get_task_instance("close_gate").xcom_pull(task_ids="close_gate")["writers"]
+            assert (decided["writer"], decided["pause"]) == ("old-writer", True), decided
+            assert decided["reason"].startswith("it declares no commit kind (a writer of the previous protocol")
+            wait = run.get_task_instance("wait_until_snapshot_idle").xcom_pull(task_ids="wait_until_snapshot_idle")
+            assert (wait["done_by"], wait["writers_acknowledged"]) == ("writer acknowledgement", ["old-writer"])
+            job.wait_for_batches(len(job.batches()) + 2)  # the writer commits what the gate held back
+            figures.append(measure(run, TableName.parse(table), job))
+    finally:
+        finals.append(job.stop())
+    [writer] = gate_hook.get_state(table).writers
+    assert (writer.writer_id, writer.commit_kind, writer.commits_as) == ("old-writer", None, None)
+    assert [f["failed_commits"] for f in finals] == [0], [f["failures"] for f in finals]
+    for figure in figures:
+        print(f"previous protocol: gate closed {figure.gate_closed_seconds} s, wait {figure.wait_for_writer_seconds} s")
+        assert figure.rewritten_data_files > figure.added_data_files > 0
+    rows = table_rows(table)
+    assert len(rows) == len({key for key, _, _ in rows}), "a key appears twice"
+    assert {key: (value, payload) for key, value, payload in rows} == expected_rows(finals[-1]["max_value"], job.keys)

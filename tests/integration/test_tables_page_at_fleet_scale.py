@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import yaml
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -113,7 +114,8 @@ def expected_order() -> list[str]:
 def test_the_summary_counts_every_table_and_the_list_puts_the_worst_first(browser, fleet_airflow):
     login(browser, fleet_airflow, "admin")
     browser.get(f"{fleet_airflow.url}/plugin/{UI_ROUTE}")
-    wait = WebDriverWait(browser, 120)
+    # A row the page re-renders between finding it and reading it is looked for again, not taken for a failure.
+    wait = WebDriverWait(browser, 120, ignored_exceptions=(StaleElementReferenceException,))
     wait.until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "tr[data-table]")))
 
     def figure(name: str) -> int:

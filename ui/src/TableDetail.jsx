@@ -47,17 +47,30 @@ function Gate({ table, gate, mayForceOpen, token, done }) {
         </Text>
         {gate.writers.length ? (
           <Table.Root size="sm" mt={3} id="writers">
-            <Table.Header><Table.Row>{["Writer", "Last seen", "Acknowledged", "Its snapshot"].map((h) => <Table.ColumnHeader key={h}>{h}</Table.ColumnHeader>)}</Table.Row></Table.Header>
+            <Table.Header><Table.Row>{["Writer", "Commits", "Last seen", "This closing", "Acknowledged", "Its snapshot"].map((h) => <Table.ColumnHeader key={h}>{h}</Table.ColumnHeader>)}</Table.Row></Table.Header>
             <Table.Body>
               {gate.writers.map((w) => (
-                <Table.Row key={w.writer_id}>
-                  <Table.Cell>{w.writer_id}</Table.Cell><Table.Cell>{ago(w.seen_at)}</Table.Cell>
+                <Table.Row key={w.writer_id} data-writer={w.writer_id}>
+                  <Table.Cell>{w.writer_id}</Table.Cell>
+                  <Table.Cell className="commits" title={w.observed_detail ?? ""}>
+                    {w.commit_kind ?? "nothing declared"}{w.iceberg_version ? `, Iceberg ${w.iceberg_version}` : ""}
+                    {w.observed_kind ? <Badge colorPalette="red" ms={2}>seen: {w.observed_kind} (snapshot {w.observed_snapshot_id})</Badge> : null}
+                  </Table.Cell>
+                  <Table.Cell>{ago(w.seen_at)}</Table.Cell>
+                  <Table.Cell className="closing" title={w.pause_reason ?? ""}>
+                    {gate.state === "closed" ? (w.paused ? "paused" : "keeps committing") : "-"}
+                  </Table.Cell>
                   <Table.Cell>{w.ack_at ? ago(w.ack_at) : "-"}</Table.Cell><Table.Cell>{w.ack_snapshot_id ?? "-"}</Table.Cell>
                 </Table.Row>
               ))}
             </Table.Body>
           </Table.Root>
         ) : null}
+        {gate.writers.filter((w) => w.observed_detail).map((w) => (
+          <Text key={`seen-${w.writer_id}`} className="observed" mt={2} fontSize="sm" color="red.600">
+            {w.writer_id} declared {w.commit_kind}, but {w.observed_detail}: it is taken as {w.observed_kind}.
+          </Text>
+        ))}
         {mayForceOpen ? <ForceOpen table={table} token={token} done={done} /> : null}
       </Card.Body>
     </Card.Root>

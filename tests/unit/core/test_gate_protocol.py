@@ -46,7 +46,8 @@ def test_the_java_writer_runs_every_python_writer_statement_with_jdbc_placeholde
 
 
 def test_a_changed_java_statement_is_caught():
-    source = JAVA.read_text().replace('seen_at = NOW(6)"', 'seen_at = NOW()"')
+    source = JAVA.read_text().replace("NOW(6), ?, ?, ?)", "NOW(), ?, ?, ?)")
+    assert source != JAVA.read_text()
     changed = java_string_constants(source)["WRITER_REGISTER_SQL"]
     assert changed != python_statements()["WRITER_REGISTER_SQL"].replace("%s", "?")
 

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_iceberg.core.conflicts import CommitKind, WriterCommits
 from airflow_iceberg.core.gate_state import (
     GateOwner,
     GateState,
@@ -126,6 +127,14 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
         "seen_at": naive,
         "ack_at": naive + timedelta(seconds=2),
         "busy_until": naive + timedelta(seconds=30),
+        "commit_kind": "upserts",
+        "iceberg_version": "1.11.0",
+        "commits_as": "flink.job-id=f00",
+        "observed_kind": None,
+        "observed_snapshot_id": None,
+        "observed_detail": None,
+        "exempt_closed_at": None,
+        "pause_reason": "it declares nothing",
     }
 
     state = GateState.from_row(row, (WriterState.from_row(writer_row),))
@@ -135,6 +144,18 @@ def test_a_row_is_read_by_column_name_with_times_in_utc():
     assert state.held_by(RUN_A) and state.acknowledged_by(state.writers[0])
     assert state.writers[0].ack_snapshot_id == 42 and state.writers[0].seen_at.tzinfo is timezone.utc
     assert state.writers[0].busy_until == NOW + timedelta(seconds=30)
+    assert state.writers[0].commits() == WriterCommits("ingest", CommitKind.UPSERTS, "1.11.0", "flink.job-id=f00")
+    assert state.writers_to_wait_for() == state.writers and not state.writers_keeping_on()
+
+
+def test_a_writer_the_closing_let_keep_committing_is_not_waited_for_and_a_later_closing_pauses_it():
+    keeps_on = WriterState("cdc#0", NOW - timedelta(seconds=5), None, None, exempt_closed_at=NOW)
+    paused = WriterState("merge", NOW - timedelta(seconds=5), None, None)
+    earlier = WriterState("cdc#1", NOW - timedelta(seconds=5), None, None, exempt_closed_at=NOW - timedelta(hours=1))
+    gate = GateState("lake.db.t", "closed", RUN_A, NOW, NOW + timedelta(minutes=5), None, NOW, 300)
+    gate = GateState(**{**vars(gate), "writers": (keeps_on, paused, earlier)})
+    assert gate.writers_keeping_on() == (keeps_on,)
+    assert gate.writers_to_wait_for() == (paused, earlier)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "60", True, None])

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner, GateState, WriterState
-from airflow_iceberg.core.idle import Snapshot, committed_by, decide_idle, why_not_idle
+from airflow_iceberg.core.idle import NOT_READ, Snapshot, committed_by, decide_idle, why_not_idle
 from airflow_iceberg.exceptions import LeaseLostError
 
 RUN = GateOwner("iceberg_compact__lake__db__t", "manual__1")
@@ -164,3 +164,84 @@ def test_a_wait_that_ends_while_a_writer_is_busy_says_so():
 def test_a_gate_this_run_does_not_hold_stops_the_wait(state):
     with pytest.raises(LeaseLostError, match=f"not held by {RUN}"):
         decide_idle(state, RUN, snapshot(7, -100), idle_seconds=0)
+
+
+# --- writers a closing lets keep committing ---------------------------------------------------------------------
+
+
+def keeping_on(name: str = "cdc#0", job: str = "flink.job-id=f00") -> WriterState:
+    """A writer the closing at CLOSED_AT let keep committing, whose snapshots carry ``job``."""
+    return WriterState(name, CLOSED_AT + timedelta(seconds=1), None, None, commits_as=job, exempt_closed_at=CLOSED_AT)
+
+
+def theirs(snapshot_id: int, seconds_after_close: float, job: str = "f00") -> Snapshot:
+    at = CLOSED_AT + timedelta(seconds=seconds_after_close)
+    return Snapshot.of(snapshot_id, at, {"flink.job-id": job, "engine-name": "flink"})
+
+
+def test_the_commits_of_a_writer_the_closing_lets_keep_committing_do_not_hold_the_wait_back():
+    merge = writer("merge", ack_after=1, ack_snapshot=5)
+    state = gate(30, writers=(keeping_on(), merge))
+    snapshots = [theirs(9, 25), theirs(8, 15), snapshot(5, -10)]  # the stream commits on; 5 is merge's last
+    check = decide_idle(state, RUN, snapshots, idle_seconds=1800)
+    assert check.done and check.acknowledged
+    assert check.writers == ("merge",) and check.writers_keeping_on == ("cdc#0",)
+    assert (check.newest_snapshot_id, check.snapshots_keeping_on) == (5, 2)
+    assert check.as_xcom()["writers_keeping_on"] == ["cdc#0"]
+
+
+def test_when_the_closing_pauses_nobody_the_window_looks_back_over_everybody_elses_commits_at_once():
+    """No paused writer can be mid-commit, and an unknown writer does not read the gate: waiting after the close
+    would protect nothing more."""
+    state = gate(1, writers=(keeping_on(),))
+    check = decide_idle(state, RUN, [theirs(9, 0.5), theirs(8, -30), snapshot(5, -300)], idle_seconds=60)
+    assert check.done and not check.acknowledged and check.writers == ()
+    assert (check.idle_for_seconds, check.newest_snapshot_id) == (301, 5)
+    assert decide_idle(gate(1, writers=(keeping_on(),)), RUN, [theirs(9, 0.5)], idle_seconds=60).done
+
+
+def test_an_unknown_writers_commit_among_theirs_is_waited_out():
+    state = gate(61, writers=(keeping_on(),))
+    unknown = Snapshot.of(7, CLOSED_AT + timedelta(seconds=20), {"spark.app.id": "local-1"})
+    check = decide_idle(state, RUN, [theirs(9, 60), unknown], idle_seconds=60)
+    assert not check.done and (check.newest_snapshot_id, check.idle_for_seconds) == (7, 41)
+    older = Snapshot.of(7, CLOSED_AT - timedelta(seconds=20), {"spark.app.id": "local-1"})
+    check = decide_idle(gate(30, writers=(keeping_on(),)), RUN, [theirs(9, 20), older], idle_seconds=60)
+    assert not check.done and check.idle_for_seconds == 50  # counted back from now, not from the close
+
+
+def test_a_table_nobody_registered_for_still_waits_out_the_window_after_the_close():
+    check = decide_idle(gate(30), RUN, [snapshot(5, -300)], idle_seconds=60)
+    assert not check.done and check.idle_for_seconds == 30
+
+
+def test_an_acknowledgement_with_the_tables_current_snapshot_covers_older_commits_of_others():
+    """GatedSource acknowledges with the table's current snapshot, which may be one of a writer that keeps on."""
+    paused = writer("merge", ack_after=2, ack_snapshot=9)
+    snapshots = [theirs(9, 1.5), snapshot(6, 0.5)]  # merge's own last commit (6) came before the stream's 9
+    assert decide_idle(gate(3, writers=(keeping_on(), paused)), RUN, snapshots, idle_seconds=1800).acknowledged
+    later = [*snapshots, snapshot(10, 2.5)]  # a commit nobody acknowledged, after the acknowledgement
+    assert not decide_idle(gate(3, writers=(keeping_on(), paused)), RUN, later, idle_seconds=1800).done
+
+
+def test_a_writer_let_keep_committing_by_an_earlier_closing_is_waited_for_now():
+    earlier = WriterState(
+        "cdc#0", CLOSED_AT, None, None, commits_as="flink.job-id=f00", exempt_closed_at=CLOSED_AT - timedelta(hours=1)
+    )
+    check = decide_idle(gate(30, writers=(earlier,)), RUN, [theirs(9, 25)], idle_seconds=60)
+    assert check.writers == ("cdc#0",) and check.writers_keeping_on == () and not check.done
+
+
+def test_a_job_holding_the_gate_reads_no_snapshots_and_takes_a_writer_not_seen_for_a_while_as_gone():
+    acked = writer("cdc#0", seen=1, ack_after=1, ack_snapshot=3)
+    killed = writer("killed", seen=-20)
+    assert not decide_idle(gate(5, writers=(acked, killed)), RUN, NOT_READ, 0, gone_seconds=30).done
+    check = decide_idle(gate(11, writers=(acked, killed)), RUN, NOT_READ, 0, gone_seconds=30)
+    assert check.done and check.writers_gone == ("killed",) and check.writers_waited_for == ()
+
+
+def test_an_earlier_compactions_rewrite_is_nobodys_commit_to_wait_out():
+    rewrite = Snapshot.of(8, CLOSED_AT - timedelta(seconds=20), {"app-id": "local-9"}, "replace")
+    check = decide_idle(gate(1, writers=(keeping_on(),)), RUN, [theirs(9, 0.5), rewrite], idle_seconds=600)
+    assert check.done and check.newest_snapshot_id is None
+    assert rewrite.rewrite and not snapshot(5, 0).rewrite

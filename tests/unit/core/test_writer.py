@@ -6,6 +6,7 @@ The same client against the real MySQL is in ``tests/integration/core/test_write
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pymysql
@@ -43,6 +44,8 @@ class FakeGateDatabase:
         #: A MySQL error number every statement fails with (an access-denied one, say), or None.
         self.refuse_with: int | None = None
         self.acknowledgements: list[tuple] = []
+        #: What each registration declared: commit kind, Iceberg release, commits_as.
+        self.registrations: list[tuple] = []
         #: Every statement run, in order: ("register" | "check" | "ack" | "leave", committed so far?).
         self.log: list[str] = []
         self.connections = 0
@@ -100,13 +103,14 @@ class FakeCursor:
             raise pymysql.err.ProgrammingError(1146, "Table 'gates.iceberg_write_gate' doesn't exist")
         paused = db.row and db.paused_for > 0
         if statement == WRITER_REGISTER_SQL:
-            assert params == (TABLE, WRITER)
+            assert params[:2] == (TABLE, WRITER)
+            db.registrations.append(params[2:])
             db.log.append("register")
         elif statement == WRITER_LEAVE_SQL:
             assert params == (TABLE, WRITER)
             db.log.append("leave")
         elif statement == WRITER_CHECK_SQL:
-            assert params == (TABLE,)
+            assert params in ((WRITER, TABLE), (None, TABLE))
             db.log.append("check")
             db.paused_for -= 1 if paused else 0
             self._row = None
@@ -129,10 +133,19 @@ class FakeCursor:
         return self._row
 
 
-def client(database: FakeGateDatabase, clock: FakeClock, messages: list[str] | None = None) -> WriteGateClient:
+def client(
+    database: FakeGateDatabase, clock: FakeClock, messages: list[str] | None = None, **declared
+) -> WriteGateClient:
     log = messages.append if messages is not None else (lambda message: None)
     return WriteGateClient(
-        TABLE, database.connect, writer_id=WRITER, poke_interval=1.0, clock=clock, sleep=clock.sleep, log=log
+        TABLE,
+        database.connect,
+        writer_id=WRITER,
+        poke_interval=1.0,
+        clock=clock,
+        sleep=clock.sleep,
+        log=log,
+        **declared,
     )
 
 
@@ -250,3 +263,25 @@ def test_a_user_without_the_protocols_grants_is_an_error_not_an_outage(error):
         client(database, clock).may_commit()
     with pytest.raises(WriteGateAccessError):
         client(database, clock).acknowledge_pause(1)
+
+
+def test_a_writer_registers_what_it_commits_and_one_that_says_nothing_registers_nothing():
+    database, clock = FakeGateDatabase(), FakeClock()
+    said = client(database, clock, commit_kind="upserts", iceberg_version="1.11.0", commits_as="flink.job-id=f00")
+    silent = client(database, clock)
+    assert said.may_commit() and silent.may_commit()
+    assert database.registrations == [("upserts", "1.11.0", "flink.job-id=f00"), (None, None, None)]
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"commit_kind": "merges"}, "unknown commit_kind 'merges': a writer commits one of 'appends' (appends only)"),
+        ({"commit_kind": "appends", "commits_as": "job 7"}, "commits_as must be key=value"),
+    ],
+)
+def test_a_bad_declaration_is_refused_naming_the_value_before_the_gate_is_reached(declared, message):
+    database = FakeGateDatabase()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        client(database, FakeClock(), **declared)
+    assert database.connections == 0 and database.log == []

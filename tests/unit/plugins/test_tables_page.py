@@ -95,6 +95,7 @@ def run(run_id: str, started: datetime, outcome: str = "success", detail: str | 
         "gate_closed_seconds": 21.5,
         "rewrite_seconds": 12.0,
         "detail": detail,
+        "writers": None,
     }
 
 

@@ -22,6 +22,8 @@ public final class GateConfig implements Serializable {
     private final Duration pokeInterval;
     private final Duration timeout;
     private final SnapshotIdSupplier snapshotIds;
+    private final CommitKind commitKind;
+    private final String icebergVersion;
 
     private GateConfig(Builder b) {
         this.jdbcUrl = required(b.jdbcUrl, "jdbcUrl");
@@ -32,6 +34,8 @@ public final class GateConfig implements Serializable {
         this.pokeInterval = positive(b.pokeInterval, "pokeInterval");
         this.timeout = positive(b.timeout, "timeout");
         this.snapshotIds = b.snapshotIds;
+        this.commitKind = Objects.requireNonNull(b.commitKind, "commitKind");
+        this.icebergVersion = b.icebergVersion;
         if (writerId.length() > 190) {  // the gate keeps 200 characters; "#" and the subtask index follow
             throw new IllegalArgumentException("writerId is longer than 190 characters: " + writerId);
         }
@@ -79,10 +83,21 @@ public final class GateConfig implements Serializable {
         return snapshotIds;
     }
 
+    /** What the job's commits do, as it declares them at the gate: {@link CommitKind#UPSERTS} unless told. */
+    public CommitKind commitKind() {
+        return commitKind;
+    }
+
+    /** The Iceberg release the job commits with, as it declares it: given, or the one on the class path. */
+    public String icebergVersion() {
+        return icebergVersion != null ? icebergVersion : IcebergRelease.onClassPath();
+    }
+
     @Override
     public String toString() {
         return "GateConfig{jdbcUrl=" + jdbcUrl + ", user=" + user + ", table=" + table + ", writerId=" + writerId
-                + ", pokeInterval=" + pokeInterval + ", timeout=" + timeout + ", snapshotIds=" + snapshotIds + "}";
+                + ", pokeInterval=" + pokeInterval + ", timeout=" + timeout + ", snapshotIds=" + snapshotIds
+                + ", commitKind=" + commitKind + ", icebergVersion=" + icebergVersion + "}";
     }
 
     private static String required(String value, String name) {
@@ -110,6 +125,8 @@ public final class GateConfig implements Serializable {
         private Duration pokeInterval = Duration.ofSeconds(1);
         private Duration timeout = Duration.ofSeconds(5);
         private SnapshotIdSupplier snapshotIds;
+        private CommitKind commitKind = CommitKind.UPSERTS;
+        private String icebergVersion;
 
         private Builder() {}
 
@@ -154,6 +171,28 @@ public final class GateConfig implements Serializable {
         /** Without one the source never acknowledges, and compactions wait out their idle window instead. */
         public Builder snapshotIds(SnapshotIdSupplier snapshotIds) {
             this.snapshotIds = snapshotIds;
+            return this;
+        }
+
+        /**
+         * What the job's commits do. Default: {@link CommitKind#UPSERTS}, what Flink's Iceberg sink commits at most,
+         * in append or upsert mode; say {@link CommitKind#APPENDS} for an append-only job, or
+         * {@link CommitKind#ROW_LEVEL} for one that changes rows of existing files.
+         */
+        public Builder commitKind(CommitKind commitKind) {
+            this.commitKind = commitKind;
+            return this;
+        }
+
+        /** The kind by its name at the gate ({@code appends}, {@code upserts}, {@code row-level}). */
+        public Builder commitKind(String commitKind) {
+            this.commitKind = CommitKind.parse(commitKind);
+            return this;
+        }
+
+        /** Default: the Iceberg release on the job's class path (its Iceberg sink's). */
+        public Builder icebergVersion(String icebergVersion) {
+            this.icebergVersion = icebergVersion;
             return this;
         }
 

@@ -41,8 +41,8 @@ final class GateWatch implements AutoCloseable {
     private boolean snapshotIdsOpen;
     private boolean closed;
 
-    GateWatch(GateConfig config, String writerId) {
-        this(config, new WriteGate(config, writerId));
+    GateWatch(GateConfig config, String writerId, String commitsAs) {
+        this(config, new WriteGate(config, writerId, commitsAs));
     }
 
     GateWatch(GateConfig config, WriteGate gate) {

@@ -27,7 +27,9 @@ import org.apache.flink.core.io.SimpleVersionedSerializer;
  * env.fromSource(new GatedSource<>(kafkaSource, gate), WatermarkStrategy.noWatermarks(), "events");
  * }</pre>
  *
- * <p>Each reader subtask is a writer of its own at the gate, {@code writerId + "#" + subtask index}: it reads the
+ * <p>Each reader subtask is a writer of its own at the gate, {@code writerId + "#" + subtask index}, that declares
+ * what the job commits ({@link GateConfig#commitKind()}, its Iceberg release, and its job id, which its snapshots'
+ * summaries carry): a compaction that cannot conflict with that lets it keep committing. It reads the
  * gate every poke interval on a thread of its own, pauses in the source so that checkpoints go on, acknowledges
  * a pause with the table's current snapshot after the pause's second completed checkpoint, and during a MySQL
  * outage obeys its last verdict only until that verdict's lease ends. The enumerator, the splits, their
@@ -59,7 +61,15 @@ public final class GatedSource<T, SplitT extends SourceSplit, EnumChkT>
     @Override
     public SourceReader<T, SplitT> createReader(SourceReaderContext context) throws Exception {
         String writerId = gate.writerId() + "#" + context.getIndexOfSubtask();
-        return new GatedSourceReader<>(delegate.createReader(context), new GateWatch(gate, writerId));
+        GateWatch watch = new GateWatch(gate, writerId, commitsAs(context));
+        return new GatedSourceReader<>(delegate.createReader(context), watch);
+    }
+
+    /** What the job's Iceberg snapshots name it by: {@code flink.job-id=<its job id>}, from the reader's metric
+     * scope (Flink's sink writes the same id into every snapshot summary); null where the scope has none. */
+    static String commitsAs(SourceReaderContext context) {
+        String jobId = context.metricGroup().getAllVariables().get("<job_id>");
+        return jobId == null || jobId.isEmpty() ? null : "flink.job-id=" + jobId;
     }
 
     @Override

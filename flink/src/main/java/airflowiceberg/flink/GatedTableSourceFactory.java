@@ -41,8 +41,9 @@ import org.apache.flink.table.factories.FactoryUtil;
  * {@code spark.sql.catalog.<name>.*} or Flink's {@code CREATE CATALOG} take them ({@code catalog-type} or
  * {@code type}, or {@code catalog-impl}; {@code uri}, {@code warehouse}, {@code jdbc.user}, ...); the catalog's
  * name is the first part of {@code gate.table}. Without them the source never acknowledges, and compactions wait
- * out their idle window instead. A bad or unknown {@code gate.} option fails the statement's planning, before
- * the job starts, naming it.
+ * out their idle window instead. {@code gate.commit-kind} says what the job commits ({@code upserts} by default:
+ * what Flink's Iceberg sink commits at most, in append or upsert mode). A bad or unknown {@code gate.} option fails
+ * the statement's planning, before the job starts, naming it.
  */
 public final class GatedTableSourceFactory implements DynamicTableSourceFactory {
     /** The connector's name in {@code 'connector' = 'gated'}. */
@@ -68,9 +69,13 @@ public final class GatedTableSourceFactory implements DynamicTableSourceFactory 
             .durationType().defaultValue(Duration.ofSeconds(1));
     public static final ConfigOption<Duration> TIMEOUT = ConfigOptions.key(PREFIX + "timeout").durationType()
             .defaultValue(Duration.ofSeconds(5));
+    public static final ConfigOption<String> COMMIT_KIND = ConfigOptions.key(PREFIX + "commit-kind").stringType()
+            .defaultValue(CommitKind.UPSERTS.value()).withDescription("What the job's commits do: 'appends', "
+                    + "'upserts' (Flink's Iceberg sink, append or upsert mode: the default) or 'row-level'.");
 
     private static final Set<ConfigOption<?>> REQUIRED = Set.of(CONNECTOR, JDBC_URL, TABLE, WRITER_ID);
-    private static final Set<ConfigOption<?>> OPTIONAL = Set.of(USERNAME, PASSWORD, POKE_INTERVAL, TIMEOUT);
+    private static final Set<ConfigOption<?>> OPTIONAL = Set.of(USERNAME, PASSWORD, POKE_INTERVAL, TIMEOUT,
+            COMMIT_KIND);
 
     @Override
     public String factoryIdentifier() {
@@ -181,7 +186,7 @@ public final class GatedTableSourceFactory implements DynamicTableSourceFactory 
                 return GateConfig.builder().jdbcUrl(gate.get(JDBC_URL)).user(gate.get(USERNAME))
                         .password(gate.get(PASSWORD)).table(gateTable).writerId(gate.get(WRITER_ID))
                         .pokeInterval(gate.get(POKE_INTERVAL)).timeout(gate.get(TIMEOUT)).snapshotIds(snapshotIds)
-                        .build();
+                        .commitKind(gate.get(COMMIT_KIND)).build();
             } catch (IllegalArgumentException e) {
                 throw new ValidationException("Table " + table + ": " + e.getMessage(), e);
             }

@@ -19,20 +19,29 @@ import java.util.Set;
  * One writer's statements of the write-gate protocol, over JDBC (docs/write-gate-protocol.md).
  *
  * <p>The statements are those of {@code airflow_iceberg/core/gate_protocol.py}, with {@code ?} for pymysql's
- * {@code %s}; {@code tests/unit/core/test_gate_protocol.py} holds the two together. The connection runs in
+ * {@code %s}; {@code tests/unit/core/test_gate_protocol.py} holds the two together. The writer registers with what
+ * it commits ({@link GateConfig#commitKind()}, its Iceberg release, and the job id its snapshots carry), and a
+ * closing that cannot conflict with those lets it keep committing: its check then reads open. The connection runs in
  * autocommit, so the registration is committed before the look. Not thread-safe: a reader's gate thread is its only
  * user.
  */
 final class WriteGate implements AutoCloseable {
-    static final String WRITER_REGISTER_SQL = "INSERT INTO iceberg_write_gate_writer (table_name, writer_id, seen_at)\n"
-            + "VALUES (?, ?, NOW(6))\n"
-            + "ON DUPLICATE KEY UPDATE seen_at = NOW(6)";
+    static final String WRITER_REGISTER_SQL = "INSERT INTO iceberg_write_gate_writer\n"
+            + "    (table_name, writer_id, seen_at, commit_kind, iceberg_version, commits_as)\n"
+            + "VALUES (?, ?, NOW(6), ?, ?, ?)\n"
+            + "ON DUPLICATE KEY UPDATE\n"
+            + "    exempt_closed_at = IF(commit_kind <=> VALUES(commit_kind) AND iceberg_version <=> VALUES(iceberg_version)\n"
+            + "                          AND commits_as <=> VALUES(commits_as), exempt_closed_at, NULL),\n"
+            + "    seen_at = NOW(6), commit_kind = VALUES(commit_kind), iceberg_version = VALUES(iceberg_version),\n"
+            + "    commits_as = VALUES(commits_as)";
 
-    static final String WRITER_CHECK_SQL = "SELECT state = 'closed' AND lease_expires_at > NOW(6) AS paused,\n"
-            + "       lease_expires_at,\n"
-            + "       TIMESTAMPDIFF(MICROSECOND, NOW(6), lease_expires_at) / 1000000 AS lease_seconds_left\n"
-            + "FROM iceberg_write_gate\n"
-            + "WHERE table_name = ?";
+    static final String WRITER_CHECK_SQL = "SELECT g.state = 'closed' AND g.lease_expires_at > NOW(6)\n"
+            + "           AND NOT (w.exempt_closed_at <=> g.closed_at) AS paused,\n"
+            + "       g.lease_expires_at,\n"
+            + "       TIMESTAMPDIFF(MICROSECOND, NOW(6), g.lease_expires_at) / 1000000 AS lease_seconds_left\n"
+            + "FROM iceberg_write_gate g\n"
+            + "LEFT JOIN iceberg_write_gate_writer w ON w.table_name = g.table_name AND w.writer_id = ?\n"
+            + "WHERE g.table_name = ?";
 
     static final String WRITER_ACK_SQL = "UPDATE iceberg_write_gate_writer w JOIN iceberg_write_gate g ON g.table_name = w.table_name\n"
             + "SET w.ack_at = NOW(6), w.ack_snapshot_id = ?, w.seen_at = NOW(6)\n"
@@ -70,17 +79,22 @@ final class WriteGate implements AutoCloseable {
 
     private final GateConfig config;
     private final String writerId;
+    private final String commitsAs;
+    private final String icebergVersion;
     private final Connector connector;
     private Connection connection;
 
-    WriteGate(GateConfig config, String writerId) {
-        this(config, writerId, () -> connect(config));
+    /** {@code commitsAs}: the {@code key=value} the job's snapshots carry ({@code flink.job-id=...}), or null. */
+    WriteGate(GateConfig config, String writerId, String commitsAs) {
+        this(config, writerId, commitsAs, () -> connect(config));
     }
 
     /** With {@code connector} in place of the JDBC driver for {@code config.jdbcUrl()}: the tests' fake database. */
-    WriteGate(GateConfig config, String writerId, Connector connector) {
+    WriteGate(GateConfig config, String writerId, String commitsAs, Connector connector) {
         this.config = config;
         this.writerId = writerId;
+        this.commitsAs = commitsAs;
+        this.icebergVersion = config.icebergVersion();
         this.connector = connector;
     }
 
@@ -95,7 +109,8 @@ final class WriteGate implements AutoCloseable {
                 return Verdict.OPEN;
             }
             try (PreparedStatement check = db.prepareStatement(WRITER_CHECK_SQL)) {
-                check.setString(1, config.table());
+                check.setString(1, writerId);
+                check.setString(2, config.table());
                 try (ResultSet row = check.executeQuery()) {
                     if (!row.next() || !row.getBoolean("paused")) {
                         return Verdict.OPEN;  // no row: the table was never gated
@@ -171,6 +186,9 @@ final class WriteGate implements AutoCloseable {
         try (PreparedStatement register = db.prepareStatement(WRITER_REGISTER_SQL)) {
             register.setString(1, config.table());
             register.setString(2, writerId);
+            register.setString(3, config.commitKind().value());
+            setNullable(register, 4, icebergVersion);
+            setNullable(register, 5, commitsAs);
             register.executeUpdate();
             return true;
         } catch (SQLException e) {
@@ -178,6 +196,14 @@ final class WriteGate implements AutoCloseable {
                 return false;  // no gate tables: nothing is gated, nobody waits for this writer
             }
             throw e;
+        }
+    }
+
+    private static void setNullable(PreparedStatement statement, int index, String value) throws SQLException {
+        if (value == null) {
+            statement.setNull(index, Types.VARCHAR);
+        } else {
+            statement.setString(index, value);
         }
     }
 

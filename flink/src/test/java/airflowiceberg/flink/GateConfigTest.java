@@ -59,4 +59,24 @@ class GateConfigTest {
         assertFalse(shown.contains("Writer-secret-3"), shown);
         assertTrue(shown.contains("lake.cdc.orders") && shown.contains("user=writer"), shown);
     }
+
+    @Test
+    void aWriterDeclaresUpsertsWithTheIcebergOnItsClassPathUnlessTold() {
+        GateConfig config = valid().build();
+
+        assertEquals(CommitKind.UPSERTS, config.commitKind());
+        assertEquals(org.apache.iceberg.IcebergBuild.version(), config.icebergVersion());
+        GateConfig told = valid().commitKind("appends").icebergVersion("1.5.2").build();
+        assertEquals(CommitKind.APPENDS, told.commitKind());
+        assertEquals("1.5.2", told.icebergVersion());
+        assertEquals(CommitKind.ROW_LEVEL, valid().commitKind("row-level").build().commitKind());
+    }
+
+    @Test
+    void anUnknownCommitKindIsRefusedNamingItAndTheKinds() {
+        IllegalArgumentException error = assertThrows(IllegalArgumentException.class,
+                () -> valid().commitKind("merges"));
+        assertEquals("unknown commit kind 'merges': a writer commits one of 'appends', 'upserts', 'row-level'",
+                error.getMessage());
+    }
 }

@@ -35,7 +35,7 @@ class GateWatchTest {
         GateConfig config = GateConfig.builder().jdbcUrl("jdbc:mariadb://gate-db:3306/airflow_iceberg")
                 .user("writer").table(TABLE).writerId("orders-ingest").pokeInterval(POKE).snapshotIds(snapshotIds)
                 .build();
-        watch = new GateWatch(config, new WriteGate(config, "orders-ingest#0", db));
+        watch = new GateWatch(config, new WriteGate(config, "orders-ingest#0", null, db));
         return watch;
     }
 

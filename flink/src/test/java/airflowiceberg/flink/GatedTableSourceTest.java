@@ -96,7 +96,27 @@ class GatedTableSourceTest {
         assertEquals(Duration.ofMillis(500), gate.pokeInterval());
         assertEquals(Duration.ofSeconds(5), gate.timeout());
         assertEquals(null, gate.snapshotIds(), "no gate.iceberg.*: the source never acknowledges");
+        assertEquals(CommitKind.UPSERTS, gate.commitKind(), "what Flink's Iceberg sink commits at most");
         assertFalse(tables.explainSql("SELECT * FROM changes").contains(PASSWORD));
+    }
+
+    @Test
+    void gateCommitKindSaysWhatTheJobCommitsAndAnUnknownOneIsNamed() {
+        StreamTableEnvironment tables = tables();
+        tables.executeSql(ddl(GATE + ", 'gate.commit-kind' = 'appends'"));
+        GatedSource<?, ?, ?> gated = (GatedSource<?, ?, ?>) sourceOf(tables, "SELECT * FROM changes").getSource();
+        assertEquals(CommitKind.APPENDS, gated.gateConfig().commitKind());
+
+        StreamTableEnvironment other = tables();
+        other.executeSql(ddl(GATE + ", 'gate.commit-kind' = 'merges'"));
+        Throwable error = assertThrows(ValidationException.class, () -> sourceOf(other, "SELECT * FROM changes"));
+        String expected = "unknown commit kind 'merges': a writer commits one of 'appends', 'upserts', 'row-level'";
+        assertEquals(expected, rootCause(error).getMessage());
+        boolean named = false;
+        for (Throwable e = error; e != null; e = e.getCause()) {
+            named |= ("Table default_catalog.default_database.changes: " + expected).equals(e.getMessage());
+        }
+        assertTrue(named, "the table's name comes with it");
     }
 
     @Test
@@ -133,8 +153,9 @@ class GatedTableSourceTest {
 
         String message = rootCause(error).getMessage();
         assertTrue(message.startsWith("Table default_catalog.default_database.changes: unknown gate option(s) "
-                + "[gate.pokeinterval]; the gate's options are [gate.connector, gate.jdbc-url, gate.password, "
-                + "gate.poke-interval, gate.table, gate.timeout, gate.username, gate.writer-id]"), message);
+                + "[gate.pokeinterval]; the gate's options are [gate.commit-kind, gate.connector, gate.jdbc-url, "
+                + "gate.password, gate.poke-interval, gate.table, gate.timeout, gate.username, gate.writer-id]"),
+                message);
     }
 
     @Test

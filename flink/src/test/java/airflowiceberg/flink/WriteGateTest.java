@@ -31,7 +31,9 @@ class WriteGateTest {
     private static final String WRITER = "orders-ingest#1";
 
     private final FakeGateDatabase db = new FakeGateDatabase();
-    private final WriteGate gate = new WriteGate(config(TABLE), WRITER, db);
+    private static final String JOB = "flink.job-id=5e2c0b7a";
+
+    private final WriteGate gate = new WriteGate(config(TABLE), WRITER, JOB, db);
 
     static GateConfig config(String table) {
         return GateConfig.builder().jdbcUrl("jdbc:mariadb://gate-db:3306/airflow_iceberg").user("writer")
@@ -52,8 +54,9 @@ class WriteGateTest {
 
         assertFalse(gate.look().paused);
 
-        assertEquals(List.of(new Call(WRITER_REGISTER_SQL, parameters(TABLE, WRITER)),
-                new Call(WRITER_CHECK_SQL, parameters(TABLE))), db.calls());
+        String iceberg = IcebergRelease.onClassPath();
+        assertEquals(List.of(new Call(WRITER_REGISTER_SQL, parameters(TABLE, WRITER, "upserts", iceberg, JOB)),
+                new Call(WRITER_CHECK_SQL, parameters(WRITER, TABLE))), db.calls());
     }
 
     @Test
@@ -128,7 +131,7 @@ class WriteGateTest {
     void everyValueTravelsAsAParameterAndTheStatementsAreTheProtocolsOwn() throws SQLException {
         String table = "lake.cdc.o'brien; DROP TABLE iceberg_write_gate";
         FakeGateDatabase hostile = new FakeGateDatabase();
-        WriteGate writer = new WriteGate(config(table), "w'1", hostile);
+        WriteGate writer = new WriteGate(config(table), "w'1", null, hostile);
         hostile.close("2026-11-25 22:15:00.000000", "30");
 
         writer.look();
