@@ -42,6 +42,7 @@ import re
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -55,6 +56,7 @@ import psutil
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from airflow_iceberg.core.iceberg_runtime import IcebergVersion
 from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
@@ -69,8 +71,12 @@ from devkit.kafka_broker import KafkaBroker
 from devkit.live_airflow import process_cpu
 from devkit.tables import drop_table
 from devkit.writers import BatchChangesJob, run_statements, spark_job_hook
+from scripts import stacks
 
 ARMS = ("airflow-iceberg", "flink-maintenance", "ungated-retry", "none")
+#: The mixed runs' table: merge-on-read, its batch DELETEs under snapshot isolation (a GDPR delete that a concurrent
+#: append or upsert need not fail), its MERGEs under Iceberg's default, serializable.
+MIXED_TABLE = {**MERGE_ON_READ, "write.delete.isolation-level": "snapshot"}
 NAMESPACE = "bench_peers"
 SAMPLER_JOB = Path(__file__).resolve().with_name("peer_sampler.py")
 #: How a failed Iceberg commit shows in the writer's log.
@@ -79,6 +85,8 @@ ICEBERG_COMMIT_FAILURE = re.compile(r"org\.apache\.iceberg\.exceptions\.(?:Commi
 CHECKPOINT_KEY = "flink.max-committed-checkpoint-id"
 SEED = 37
 PARALLELISM = 2
+#: The first Iceberg whose Flink runtime ships ``TableMaintenance`` (arm 2).
+TABLE_MAINTENANCE = IcebergVersion(1, 10)
 #: What the sampler's figures are called in the report and the charts.
 MEASURES = {
     "data_files": "data files",
@@ -147,6 +155,10 @@ class ArmResult:
     #: The stream's changes that no committed snapshot holds, and those its writer emitted more than once.
     stream: dict[str, int] = field(default_factory=dict)
     pauses_s: list[float] = field(default_factory=list)
+    #: Arm 1: how long each gated compaction paused the stream (0: it let the stream keep committing).
+    stream_paused_s: list[float] = field(default_factory=list)
+    #: Arm 1 with batch writers: each statement's hold of the gate, whether it paused the stream, and for how long.
+    holds: list[dict[str, Any]] = field(default_factory=list)
     compactions_t: list[float] = field(default_factory=list)  # arm 1: when each run ended, s from the start
     pause_split_s: dict[str, float] = field(default_factory=dict)  # arm 1: where the pauses went, medians
     notes: list[str] = field(default_factory=list)
@@ -338,7 +350,7 @@ def run_arm(
     drop_table(CATALOG_CONN, table)
     gate = WriteGateHook(config.write_gate_conn_id)
     gate.force_open(table, "make bench-peers recreates the table")
-    create_cdc_table(table, buckets=load.buckets, properties=MERGE_ON_READ if mixed else None)
+    create_cdc_table(table, buckets=load.buckets, properties=MIXED_TABLE if mixed else None)
     topic = f"peers_{arm.replace('-', '_')}{'_mixed' if mixed else ''}"
     kafka.create_topic(topic, partitions=PARALLELISM)
     job = CdcJob(
@@ -436,6 +448,9 @@ def run_arm(
             "rewrite_failed": sum(1 for r in records if r["outcome"] not in ("success", "skipped")),
         }
         result.pauses_s = pauses(gate, table, since=began - 60)
+        result.stream_paused_s = stream_pauses(records, set(job.writer_ids))
+        if batch is not None:
+            result.holds = holds(gate, table, batch.writer_id, since=began - 60)
         result.pause_split_s = pause_split(airflow, table, since=began - 60)
         result.compactions_t = sorted(
             r["finished_at"].timestamp() - began for r in records if r["outcome"] == "success" and r["finished_at"]
@@ -513,6 +528,35 @@ def pauses(gate: WriteGateHook, table: TableName, since: float) -> list[float]:
         elif row["action"] in ("open", "force_open") and closed is not None:
             found.append(at - closed)
             closed = None
+    return found
+
+
+def stream_pauses(records: list[dict[str, Any]], stream: set[str]) -> list[float]:
+    """How long each gated compaction paused the stream: its gate's closed seconds where its closing paused one of
+    the stream's writers (its run record's ``writers``), 0 where the closing let them keep committing."""
+    paused = []
+    for record in records:
+        if record["outcome"] != "success" or not record.get("writers"):
+            continue
+        decided = {w["writer"]: w["pause"] for w in json.loads(record["writers"])}
+        seconds = record["gate_closed_seconds"] or 0.0
+        paused.append(seconds if any(decided.get(w) for w in stream) else 0.0)
+    return paused
+
+
+def holds(gate: WriteGateHook, table: TableName, holder: str, since: float) -> list[dict[str, Any]]:
+    """Each hold of the gate by the batch job ``holder`` (its ``GateHolder``) since ``since``: how long it held it,
+    and whether its closing paused the stream (the close's audit row sums up who paused)."""
+    found, closing = [], None
+    for row in gate.audit_trail(str(table)):
+        if row["owner_dag_id"] != holder or row["at"].timestamp() < since:
+            continue
+        if row["action"] == "close":
+            closing = row
+        elif row["action"] == "open" and closing is not None:
+            paused = not (closing["detail"] or "").startswith("no writer must pause")
+            found.append({"seconds": (row["at"] - closing["at"]).total_seconds(), "paused_stream": paused})
+            closing = None
     return found
 
 
@@ -595,6 +639,17 @@ def report(results: list[ArmResult], load: Load) -> None:
         for r in mixed:
             for failure in sorted({f[:160] for f in r.batch.get("failures", [])}):
                 print(f"- {r.arm}, batch writer retried: {failure}")
+        for r in mixed:
+            if not r.holds:
+                continue
+            pausing = [h["seconds"] for h in r.holds if h["paused_stream"]]
+            free = [h["seconds"] for h in r.holds if not h["paused_stream"]]
+            print(
+                f"- {r.arm}: its batch job held the gate {len(r.holds)} times: {len(pausing)} paused the stream "
+                f"(its INSERT and each MERGE, serializable; median {statistics.median(pausing) if pausing else 0:.1f}"
+                f" s), {len(free)} let it keep committing (each merge-on-read DELETE under snapshot isolation; median "
+                f"{statistics.median(free) if free else 0:.1f} s)"
+            )
         report_runs(mixed, load)
 
 
@@ -606,19 +661,20 @@ def report_runs(results: list[ArmResult], load: Load) -> None:
         f"{load.checkpoint_ms / 1000:g} s, {PARALLELISM} writer subtasks; samples every {load.sample_every:g} s"
     )
     print(
-        "| arm | freshness p50 / p95 / max, s | pauses, s | changes/s: sustained, under backpressure "
-        "| failed commits w / r | CPU s: writer, maintenance | rows exact |"
+        "| arm | freshness p50 / p95 / max, s | gate closed, s | stream paused, s | changes/s: sustained, under "
+        "backpressure | failed commits w / r | CPU s: writer, maintenance | rows exact |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     baseline = next((r for r in results if r.arm == "none"), None)
     for r in results:
         f = r.freshness_s
         paused = ", ".join(f"{p:.1f}" for p in r.pauses_s) or "-"
+        stream_paused = ", ".join(f"{p:.1f}" for p in r.stream_paused_s) or "-"
         maintenance_cpu = r.cpu_s.get("maintenance")
         if r.arm == "flink-maintenance" and baseline is not None:  # in the writer's JVM: what it costs beyond none's
             maintenance_cpu = r.cpu_s["maintenance"] = r.cpu_s["writer_jvm"] - baseline.cpu_s["writer_jvm"]
         print(
-            f"| {r.arm} | {f['p50']:.1f} / {f['p95']:.1f} / {f['max']:.1f} | {paused} | "
+            f"| {r.arm} | {f['p50']:.1f} / {f['p95']:.1f} / {f['max']:.1f} | {paused} | {stream_paused} | "
             f"{r.throughput['emitted_per_s']:.0f}, {r.throughput['under_backpressure_per_s']:.0f} | "
             f"{r.commits.get('writer_failed', 0)} / "
             f"{r.commits.get('rewrite_failed', 0)} | {r.cpu_s['writer_jvm']:.0f}, "
@@ -644,6 +700,11 @@ def report_runs(results: list[ArmResult], load: Load) -> None:
     compare_from_second_compaction(results, load)
     ours = next((r for r in results if r.arm == "airflow-iceberg"), None)
     if ours is not None and baseline is not None:
+        gap = ours.freshness_s["p95"] - baseline.freshness_s["p95"]
+        print(
+            f"- freshness p95 against none's: airflow-iceberg {ours.freshness_s['p95']:.1f} s, none "
+            f"{baseline.freshness_s['p95']:.1f} s: {gap:+.1f} s, {'within' if gap <= 1.0 else 'OVER'} 1 s"
+        )
         pause = max(ours.pauses_s, default=0.0)
         bound = baseline.freshness_s["p95"] + load.checkpoint_ms / 1000 + pause
         print(
@@ -723,9 +784,14 @@ def charts(results: list[ArmResult], out: Path, prefix: str) -> list[Path]:
 
 
 def table_configs(work: Path) -> dict[str, TableConfig]:
-    """Each arm's table, with the shipped demo's Spark settings; arm 1's watched by health with our defaults, but
-    a cool-down of one minute and a sweep every 15 s, so that a run of minutes sees several compactions."""
+    """Each arm's table, with the shipped demo's Spark settings (on a stack besides the default, that stack's
+    jars); arm 1's watched by health with our defaults, but a cool-down of one minute and a sweep every 15 s, so
+    that a run of minutes sees several compactions."""
     settings = bench_settings()
+    stack = stacks.current()
+    if stack.name != stacks.load().default:
+        jars = [str(Path(os.environ["AIRFLOW_ICEBERG_JARS"]) / name) for name in stack.spark_jar_files]
+        settings["spark"] = {**settings["spark"], "packages": [], "jars": jars}
     entries = []
     for arm in ARMS:
         entry = {**settings, "table": f"lake.{NAMESPACE}.{arm.replace('-', '_')}"}
@@ -745,11 +811,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which of {', '.join(ARMS)}")
     parser.add_argument("--no-mixed", action="store_true", help="without the mixed-writer runs")
     parser.add_argument("--out", type=Path, default=Path("build/bench-peers"), help="peers.json and the charts")
+    parser.add_argument("--stack", help="the stack of requirements/stacks.toml to run on (default: the environment's)")
     args = parser.parse_args(argv)
+    if args.stack and args.stack != stacks.current().name:
+        return on_stack(stacks.load()[args.stack].name, argv if argv is not None else sys.argv[1:])
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         parser.error(f"unknown arm {unknown[0]!r}; the arms are {', '.join(ARMS)}")
+    stack = stacks.current()
+    if "flink-maintenance" in arms and IcebergVersion.parse(stack.iceberg_flink) < TABLE_MAINTENANCE:
+        print(
+            f"==> stack {stack.name}: Iceberg {stack.iceberg_flink} in Flink has no TableMaintenance (Iceberg "
+            f"{TABLE_MAINTENANCE} and later): no flink-maintenance arm"
+        )
+        arms.remove("flink-maintenance")
+    print(f"==> stack {stack.name}: {stack.summary}", flush=True)
     load = QUICK if args.quick else FULL
     # Arm 1's two runs first, one after the other, on one live Airflow, stopped before the other arms run.
     runs = [(arm, mixed) for arm in ARMS if arm in arms for mixed in (False, True) if not mixed or arm != "none"]
@@ -785,6 +862,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"chart: {path}")
     print(f"(work files, Flink, Spark and Airflow logs: {work})")
     return 0
+
+
+def on_stack(name: str, argv: list[str]) -> int:
+    """This bench again, with ``argv``, in the environments of stack ``name`` (``scripts/env.sh`` reads it)."""
+    command = ["bash", "-c", 'source scripts/env.sh && exec "$@"', "--", sys.executable, "-m", "devkit.bench_peers"]
+    env = {**os.environ, stacks.STACK_ENV: name}
+    return subprocess.run([*command, *argv], cwd=Path(__file__).resolve().parents[1], env=env, check=False).returncode
 
 
 @contextlib.contextmanager

@@ -31,7 +31,7 @@ from typing import Any
 from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork, summary
 from airflow_iceberg.core.gate_protocol import WRITER_GONE_SECONDS
 from airflow_iceberg.core.gate_state import GateOwner, GateState, check_pause_ceiling
-from airflow_iceberg.core.gate_store import GateBusyError, GateLease, GateStore
+from airflow_iceberg.core.gate_store import Closing, GateBusyError, GateLease, GateStore
 from airflow_iceberg.core.idle import NOT_READ, decide_idle
 from airflow_iceberg.core.lease import LeaseKeeper
 
@@ -99,9 +99,7 @@ class GateHolder:
         attempt = self._store.close_waiting(
             self.table,
             self.owner,
-            lease_seconds=self.lease_seconds,
-            max_pause_seconds=self.max_pause_seconds,
-            work=self.work,
+            Closing(self.lease_seconds, self.max_pause_seconds, work=self.work),
             timeout=timeout,
             poke_interval=self.poke_interval,
             log=lambda message: None,  # a wait is not news; giving up is, and raises

@@ -183,6 +183,30 @@ class CloseAttempt:
         return error(f"gave up after {gave_up_after:g} s: {self.detail}")
 
 
+@dataclass(frozen=True)
+class Closing:
+    """What an owner asks of a closing: its lease, the ceiling on the whole pause, a Spark slot, and what it will do
+    while it holds the gate (which decides who pauses). Checked when made: a bad value is refused naming it.
+
+    :param lease_seconds: The lease it closes with; the owner renews it while it works, and writers resume when a
+        lease is not renewed.
+    :param max_pause_seconds: No renewal extends the lease past this many seconds after the closing (None: none).
+    :param slot: The Spark slot the run's rewrites take (:class:`SparkSlotRequest`); None: no limit.
+    :param work: What the owner does while it holds the gate; without it every writer pauses.
+    """
+
+    lease_seconds: int
+    max_pause_seconds: int | None = None
+    slot: SparkSlotRequest | None = None
+    work: GuardedWork = UNDESCRIBED
+
+    def __post_init__(self) -> None:
+        check_pause_ceiling(self.lease_seconds, self.max_pause_seconds)
+        if self.slot is not None:
+            check_lease_seconds(self.slot.slots, "spark_slots")
+            check_lease_seconds(self.slot.patience, "the slot request's patience")
+
+
 class GateStore:
     """The gates of one MySQL database, changed and read by their owners (never by writers).
 
@@ -280,55 +304,33 @@ class GateStore:
         owner_ids = (owner.dag_id, owner.run_id) if owner is not None else (None, None)
         cursor.execute(AUDIT_INSERT_SQL, (table, action, *owner_ids, lease, detail))
 
-    def close(
-        self,
-        table: str,
-        owner: GateOwner,
-        *,
-        lease_seconds: int,
-        max_pause_seconds: int | None = None,
-        slot: SparkSlotRequest | None = None,
-        work: GuardedWork = UNDESCRIBED,
-        only_if_free: bool = False,
-    ) -> CloseAttempt:
-        """Close the gate of ``table`` for ``owner`` with a lease of ``lease_seconds``, if the gate's rules allow it.
+    def close(self, table: str, owner: GateOwner, closing: Closing, *, only_if_free: bool = False) -> CloseAttempt:
+        """Close the gate of ``table`` for ``owner`` as ``closing`` asks, if the gate's rules allow it.
 
-        The closing pauses only the writers that can conflict with ``work``, what the owner does while it holds the
-        gate (:func:`~airflow_iceberg.core.conflicts.decide_pauses`, on each writer's row as locked): the others keep
-        committing through this closing. Without ``work`` every writer pauses.
+        The closing pauses only the writers that can conflict with ``closing.work``, what the owner does while it
+        holds the gate (:func:`~airflow_iceberg.core.conflicts.decide_pauses`, on each writer's row as read in the
+        close's transaction): the others keep committing through this closing.
 
-        The owner renews the lease while it works (:meth:`renew`); with ``max_pause_seconds``, no renewal extends it
-        past that many seconds after this closing, which caps how long the owner pauses writers. Closing succeeds
-        if the gate is open, its lease has expired, or ``owner`` already holds it (then the lease is renewed and the
-        original close time and deadline kept); a refusal is audited and changes nothing else. A gate opened less
-        than the settle time ago is waited for first, here.
+        The owner renews the lease while it works (:meth:`renew`), never past ``closing.max_pause_seconds`` after
+        this closing, which caps how long the owner pauses writers. Closing succeeds if the gate is open, its lease
+        has expired, or ``owner`` already holds it (then the lease is renewed and the original close time and
+        deadline kept); a refusal is audited and changes nothing else. A gate opened less than the settle time ago
+        is waited for first, here.
 
-        With ``slot``, the gate closes only if the run also gets one of the Spark connection's slots
+        With ``closing.slot``, the gate closes only if the run also gets one of the Spark connection's slots
         (:func:`~airflow_iceberg.core.spark_slots.decide_admission`); otherwise the run keeps its place in the queue,
         the gate stays as it was, and nothing is audited. The slot is the run's until it opens the gate or its
         lease ends. With ``only_if_free``, a gate another owner holds is only read, not audited: a look while
         waiting for it.
         """
-        check_pause_ceiling(lease_seconds, max_pause_seconds)
-        if slot is not None:
-            check_lease_seconds(slot.slots, "spark_slots")
-            check_lease_seconds(slot.patience, "the slot request's patience")
         while True:
-            attempt = self._close_once(table, owner, lease_seconds, max_pause_seconds, slot, work, only_if_free)
+            attempt = self._close_once(table, owner, closing, only_if_free)
             if not attempt.settle_left:
                 return attempt
             self._sleep(attempt.settle_left)
 
-    def _close_once(
-        self,
-        table: str,
-        owner: GateOwner,
-        lease_seconds: int,
-        max_pause_seconds: int | None,
-        slot: SparkSlotRequest | None,
-        work: GuardedWork,
-        only_if_free: bool,
-    ) -> CloseAttempt:
+    def _close_once(self, table: str, owner: GateOwner, closing: Closing, only_if_free: bool) -> CloseAttempt:
+        slot = closing.slot
         with self.transaction() as cursor:
             if only_if_free:
                 cursor.execute(GATE_SELECT_SQL, (table,))
@@ -353,13 +355,13 @@ class GateStore:
                 "table": table,
                 "dag_id": owner.dag_id,
                 "run_id": owner.run_id,
-                "lease_seconds": lease_seconds,
-                "max_pause_seconds": max_pause_seconds,
+                "lease_seconds": closing.lease_seconds,
+                "max_pause_seconds": closing.max_pause_seconds,
                 "renew": change.action == AuditAction.RECLOSE,
             }
             cursor.execute(OWNER_CLOSE_SQL, params)
             cursor.execute(OWNER_RENEW_SQL, (table, owner.dag_id, owner.run_id))
-            pauses = self._decide_pauses(cursor, table, work)
+            pauses = self._decide_pauses(cursor, table, closing.work)
             after = self._read(cursor, table)
             detail = "; ".join(filter(None, [change.detail, summary(pauses) if pauses else None]))[:1000]
             self._audit(cursor, table, change.action, owner, after.lease_expires_at, detail)
@@ -402,17 +404,14 @@ class GateStore:
         self,
         table: str,
         owner: GateOwner,
+        closing: Closing,
         *,
-        lease_seconds: int,
-        max_pause_seconds: int | None = None,
-        slot: SparkSlotRequest | None = None,
-        work: GuardedWork = UNDESCRIBED,
         timeout: float,
         poke_interval: float,
         log: Callable[[str], None] = print,
     ) -> CloseAttempt:
         """Close the gate (:meth:`close`), waiting up to ``timeout`` seconds while another owner holds it or, with
-        ``slot``, until the run gets a Spark slot; the closing that did it.
+        ``closing.slot``, until the run gets a Spark slot; the closing that did it.
 
         While it waits the gate is only read, so the audit trail keeps real attempts: the last look, at the
         timeout, is a real one, and its refusal is raised (:class:`GateBusyError`, or :class:`SparkSlotsBusyError`).
@@ -421,15 +420,7 @@ class GateStore:
         deadline = self._clock() + timeout
         while True:
             last = self._clock() >= deadline
-            attempt = self.close(
-                table,
-                owner,
-                lease_seconds=lease_seconds,
-                max_pause_seconds=max_pause_seconds,
-                slot=slot,
-                work=work,
-                only_if_free=not last,
-            )
+            attempt = self.close(table, owner, closing, only_if_free=not last)
             if attempt.closed:
                 return attempt
             if last:

@@ -24,7 +24,7 @@ from airflow.sdk import BaseHook
 from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork, summary
 from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID, owner_connection
 from airflow_iceberg.core.gate_state import GateOwner, GateState
-from airflow_iceberg.core.gate_store import CloseAttempt, GateLease, GateStore
+from airflow_iceberg.core.gate_store import CloseAttempt, Closing, GateLease, GateStore
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.spark_slots import SparkSlotQueue, SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
@@ -198,39 +198,21 @@ class WriteGateHook(BaseHook):
         :class:`WriteGateHeldError` if another run holds it, :class:`SparkSlotsBusyError` while ``slot`` is not the
         run's yet; either changes nothing but the audit trail or the slot queue.
         """
-        name = str(TableName.of(table))
-        attempt = self.store.close(
-            name, owner, lease_seconds=lease_seconds, max_pause_seconds=max_pause_seconds, slot=slot, work=work
-        )
+        closing = Closing(lease_seconds, max_pause_seconds, slot, work)
+        attempt = self.store.close(str(TableName.of(table)), owner, closing)
         if not attempt.closed:
             raise attempt.refusal()
         self.log_closed(attempt)
         return attempt.state
 
     def close_gate_waiting(
-        self,
-        table: TableName | str,
-        owner: GateOwner,
-        *,
-        lease_seconds: int,
-        max_pause_seconds: int | None,
-        slot: SparkSlotRequest | None,
-        work: GuardedWork,
-        timeout: float,
-        poke_interval: float,
+        self, table: TableName | str, owner: GateOwner, closing: Closing, *, timeout: float, poke_interval: float
     ) -> CloseAttempt:
-        """Close the gate as :meth:`close_gate` does, waiting up to ``timeout`` seconds while another run holds it
-        or the slots are taken (:meth:`GateStore.close_waiting`); the closing, with what it decided per writer."""
+        """Close the gate as ``closing`` asks, waiting up to ``timeout`` seconds while another run holds it or the
+        slots are taken (:meth:`GateStore.close_waiting`); the closing, with what it decided per writer."""
+        name = str(TableName.of(table))
         attempt = self.store.close_waiting(
-            str(TableName.of(table)),
-            owner,
-            lease_seconds=lease_seconds,
-            max_pause_seconds=max_pause_seconds,
-            slot=slot,
-            work=work,
-            timeout=timeout,
-            poke_interval=poke_interval,
-            log=self.log.info,
+            name, owner, closing, timeout=timeout, poke_interval=poke_interval, log=self.log.info
         )
         self.log_closed(attempt)
         return attempt

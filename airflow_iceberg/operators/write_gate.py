@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, Context, TriggerRule
 
 from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork
 from airflow_iceberg.core.gate_state import check_lease_seconds
+from airflow_iceberg.core.gate_store import Closing
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import GateBusyError, SparkSlotsBusyError
@@ -123,29 +124,14 @@ class CloseWriteGateOperator(BaseOperator):
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
         plan = self._plan(context)
-        work, slot = self._work(plan), self._slot_request(plan)
+        closing = Closing(self.lease_seconds, self.max_pause_seconds, self._slot_request(plan), self._work(plan))
         if not self.deferrable or self.gate_wait_seconds == 0:
             attempt = hook.close_gate_waiting(
-                self.table,
-                owner,
-                lease_seconds=self.lease_seconds,
-                max_pause_seconds=self.max_pause_seconds,
-                slot=slot,
-                work=work,
-                timeout=self.gate_wait_seconds,
-                poke_interval=self.poke_interval,
+                self.table, owner, closing, timeout=self.gate_wait_seconds, poke_interval=self.poke_interval
             )
             return {"table": str(self.table), **attempt.as_xcom()}
         # One look in the worker; if the run must wait, the waiting in the triggerer.
-        attempt = hook.store.close(
-            str(self.table),
-            owner,
-            lease_seconds=self.lease_seconds,
-            max_pause_seconds=self.max_pause_seconds,
-            slot=slot,
-            work=work,
-            only_if_free=True,
-        )
+        attempt = hook.store.close(str(self.table), owner, closing, only_if_free=True)
         if attempt.closed:
             hook.log_closed(attempt)
             return {"table": str(self.table), **attempt.as_xcom()}
@@ -165,8 +151,8 @@ class CloseWriteGateOperator(BaseOperator):
                 max_pause_seconds=self.max_pause_seconds,
                 poke_interval=self.poke_interval,
                 deadline=deadline.isoformat(),
-                slot=None if slot is None else vars(slot).copy(),
-                work=work.as_xcom(),
+                slot=None if closing.slot is None else vars(closing.slot).copy(),
+                work=closing.work.as_xcom(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.gate_wait_seconds + 60 + 2 * self.poke_interval),

@@ -24,7 +24,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.gate_store import CloseAttempt
+from airflow_iceberg.core.gate_store import CloseAttempt, Closing
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 
 
@@ -87,14 +87,9 @@ class CloseGateTrigger(BaseTrigger):
     def _look(self, last: bool) -> CloseAttempt:
         from airflow_iceberg.hooks.write_gate import WriteGateHook
 
+        closing = Closing(self.lease_seconds, self.max_pause_seconds, self.slot, self.work)
         return WriteGateHook(self.write_gate_conn_id).store.close(
-            self.table,
-            self.owner,
-            lease_seconds=self.lease_seconds,
-            max_pause_seconds=self.max_pause_seconds,
-            slot=self.slot,
-            work=self.work,
-            only_if_free=not last,
+            self.table, self.owner, closing, only_if_free=not last
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

@@ -17,6 +17,7 @@ from airflow_iceberg.core.conflicts import (
     GuardedWork,
 )
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.gate_store import Closing
 from devkit.writer_jobs import previous_protocol
 
 RUN = GateOwner("iceberg_compact__lake__gate__t", "manual__2026-12-01T00:00:00+00:00")
@@ -51,10 +52,7 @@ def test_a_compaction_pauses_only_the_writers_that_can_conflict_and_the_others_s
     previous = PreviousProtocolWriter(gate_table, "old-job")
     assert stream.may_commit() and merge.may_commit() and silent.may_commit() and not previous.paused()
 
-    attempt = gate_hook.close_gate_waiting(
-        gate_table, RUN, lease_seconds=60, max_pause_seconds=None, slot=None, work=COMPACTION, timeout=0,
-        poke_interval=1,
-    )  # fmt: skip
+    attempt = gate_hook.close_gate_waiting(gate_table, RUN, Closing(60, work=COMPACTION), timeout=0, poke_interval=1)
 
     decided = {d.writer_id: d.pause for d in attempt.pauses}
     assert decided == {"cdc#0": False, "merge": True, "silent": True, "old-job": True}
@@ -101,7 +99,7 @@ def test_a_writer_the_history_showed_committing_more_than_it_declared_pauses_at_
     assert gate_hook.store.observe(gate_table, "liar", CommitKind.ROW_LEVEL, 42, detail)
     assert not gate_hook.store.observe(gate_table, "liar", CommitKind.UPSERTS, 43, "narrower")  # kept: the widest
 
-    attempt = gate_hook.store.close(gate_table, RUN, lease_seconds=60, work=COMPACTION)
+    attempt = gate_hook.store.close(gate_table, RUN, Closing(60, work=COMPACTION))
 
     [decision] = attempt.pauses
     assert decision.pause and not liar.may_commit()
@@ -118,11 +116,11 @@ def test_a_batch_statement_under_snapshot_isolation_pauses_only_what_its_validat
     appends = gate_writer(gate_table, writer_id="ingest", commit_kind="appends", commits_as="spark.app.id=a")
     assert stream.may_commit() and appends.may_commit()
     delete = GuardedWork(statement=BatchStatement("delete", "snapshot", "merge-on-read"), format_version=2)
-    gate_hook.store.close(gate_table, RUN, lease_seconds=60, work=delete)
+    gate_hook.store.close(gate_table, RUN, Closing(60, work=delete))
     assert stream.may_commit() and appends.may_commit()
     gate_hook.open_gate(gate_table, RUN)
     merge = GuardedWork(statement=BatchStatement("merge", "snapshot", "merge-on-read"), format_version=2)
-    gate_hook.store.close(gate_table, RUN, lease_seconds=60, work=merge)
+    gate_hook.store.close(gate_table, RUN, Closing(60, work=merge))
     assert not stream.may_commit() and appends.may_commit()
 
 
