@@ -26,6 +26,12 @@ whose rewrite failed (apache/iceberg#15226 was closed unmerged; its count of fai
 apache/iceberg#16971). So the job plans the rewrite as Iceberg's action does, at the same snapshot, and adds
 to the result row ``planned_data_files_count`` and ``uncommitted_data_files_count``: the planned files that
 neither a commit nor a reported rewrite failure accounts for. The Airflow task fails on either count.
+
+A ``rewrite_data_files`` with ``remove-dangling-deletes`` runs without it, and the job then removes the dangling
+delete files itself, again when a writer's commit beat it (Iceberg 1.12 fails the removal on any commit since it
+began; ``core/spark_job.split_dangling_removal``). Its count replaces the procedure's
+``removed_delete_files_count``; when every attempt lost, the rewrite stands and the files stay for the next run,
+which the result row says (``dangling_deletes_left``).
 """
 
 from __future__ import annotations
@@ -42,7 +48,15 @@ from airflow_iceberg.core.job_secrets import GateOwnerSecrets, apply_job_secrets
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
-from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, JobArguments, ProcedureCall, format_result_line
+from airflow_iceberg.core.spark_job import (
+    LEASE_LOST_MARKER,
+    Attempts,
+    JobArguments,
+    ProcedureCall,
+    format_result_line,
+    split_dangling_removal,
+    until_it_wins,
+)
 from airflow_iceberg.core.tables import TableName
 
 #: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).
@@ -98,6 +112,48 @@ def with_uncommitted(result: dict[str, Any], planned: int | None) -> dict[str, A
     return {**result, "planned_data_files_count": planned, "uncommitted_data_files_count": max(planned - accounted, 0)}
 
 
+def _validation_failure(error: Exception) -> str | None:
+    """The message of the Iceberg ``ValidationException`` behind a py4j error (a commit that lost to another), or
+    None for any other error."""
+    java = getattr(error, "java_exception", None)
+    while java is not None:
+        if java.getClass().getName() == "org.apache.iceberg.exceptions.ValidationException":
+            return str(java.getMessage())
+        java = java.getCause()
+    return None
+
+
+def remove_dangling_deletes(spark: Any, table: TableName) -> Attempts:
+    """Remove the delete files that apply to no live data file of ``table``, with Iceberg's own Spark action, each
+    attempt at the table's newest snapshot, until one is not beaten by a writer's commit."""
+    jvm, session = spark.sparkContext._jvm, spark._jsparkSession
+    iceberg = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(session, str(table))
+    actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(session)
+
+    def attempt() -> int:
+        iceberg.refresh()  # the catalog caches the table: the removal starts from the snapshot committed last
+        removed = actions.removeDanglingDeleteFiles(iceberg).execute().removedDeleteFiles().iterator()
+        count = 0
+        while removed.hasNext():
+            removed.next()
+            count += 1
+        return count
+
+    return until_it_wins(attempt, _validation_failure)
+
+
+def with_removal(result: dict[str, Any], removal: Attempts) -> dict[str, Any]:
+    """``result`` with what the job's own removal of dangling deletes did."""
+    result = {
+        **result,
+        "removed_delete_files_count": removal.result or 0,
+        "dangling_removal_attempts": removal.attempts,
+    }
+    if removal.result is None:
+        result["dangling_deletes_left"] = f"every attempt lost to a commit: {removal.lost_to[-1]}"
+    return result
+
+
 def lease_keeper(gate: GateOwnerSecrets, on_lost: Callable[[str], None]) -> LeaseKeeper:
     """A ``LeaseKeeper`` for the run the secrets file names."""
 
@@ -113,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     # Validate everything before Spark starts: a bad value fails in a second and touches nothing.
     args = JobArguments.parse(argv)
     table = args.table
-    calls = [(call, call.statement(table)) for call in args.calls]
+    calls = []
+    for call in args.calls:
+        call, removes_dangling = split_dangling_removal(call)
+        calls.append((call, call.statement(table), removes_dangling))
 
     from pyspark.sql import SparkSession
 
@@ -137,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
             keeper = lease_keeper(secrets["gate"], stop_the_work)
             keeper.start()  # raises LeaseLostError if the lease has ended: no CALL starts then
-        for index, (call, statement) in enumerate(calls):
+        for index, (call, statement, removes_dangling) in enumerate(calls):
             procedure = call.procedure
             if keeper is not None and index:  # the next CALL, too, starts only on a lease with time left
                 keeper.renew_before_work()
@@ -150,9 +209,16 @@ def main(argv: list[str] | None = None) -> int:
             # The CALL returned, so the procedure committed: its result stands even if the lease was lost
             # meanwhile (Iceberg validated that commit against every writer's).
             result = with_uncommitted(rows[0].asDict() if rows else {}, planned)
-            print(format_result_line({"procedure": procedure, **result}), flush=True)
             if keeper is not None and keeper.lost:
                 print(f"{procedure} finished and committed as its lease was lost: {keeper.lost}", flush=True)
+            elif removes_dangling:
+                if keeper is not None:
+                    keeper.renew_before_work()
+                removal = remove_dangling_deletes(spark, table)
+                for loss in removal.lost_to:
+                    print(f"Removing dangling delete files lost to a commit, tried again: {loss}", flush=True)
+                result = with_removal(result, removal)
+            print(format_result_line({"procedure": procedure, **result}), flush=True)
     except Exception as error:
         lost = keeper.lost if keeper is not None else None
         if lost is None and isinstance(error, LeaseLostError):

@@ -20,7 +20,10 @@ and ``SparkWrite``) and measured in ``make test-stacks``:
 - a batch ``DELETE``, ``UPDATE`` or ``MERGE`` itself fails, under serializable isolation (Iceberg's default), when
   another commit adds data its condition could match; under snapshot isolation appends never fail it, a
   merge-on-read ``DELETE`` checks only that the files it deletes from still exist, and an ``UPDATE`` or ``MERGE`` (or
-  any copy-on-write statement) fails on delete files added for the files it read.
+  any copy-on-write statement) fails on delete files added for the files it read;
+- removing the delete files a rewrite left dangling fails, from Iceberg 1.12, on any commit since it began: the
+  rewrite job runs it on its own, again until it wins (``core/spark_job.split_dangling_removal``), so it is no
+  reason to pause anyone.
 
 :func:`decide_pauses` applies them to one closing's work and the table's writers: each writer gets a
 :class:`PauseDecision`, pause or not, with its reason in one sentence. A writer that declares nothing (every writer

@@ -2,18 +2,19 @@
 
 - :class:`JobArguments`: the job's command line, the table and its :class:`ProcedureCall` list (no secret ever);
 - its secrets file, which the job reads and deletes, is typed in :mod:`airflow_iceberg.core.job_secrets`;
-- its result lines (:func:`format_result_line`) and the marker it prints when its run lost the gate.
+- its result lines (:func:`format_result_line`) and the marker it prints when its run lost the gate;
+- how it removes the delete files a rewrite left dangling (:func:`split_dangling_removal`, :func:`until_it_wins`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from airflow_iceberg.core.procedures import build_call
+from airflow_iceberg.core.procedures import build_call, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 
 #: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
@@ -92,3 +93,54 @@ def parse_result_line(line: str) -> dict[str, object] | None:
     except ValueError:
         return None
     return result if isinstance(result, dict) else None
+
+
+#: ``rewrite_data_files``' option that removes, after its rewrite, the delete files that then apply to nothing.
+REMOVE_DANGLING = "remove-dangling-deletes"
+#: How many times the job tries that removal, each time at the table's newest snapshot, before it leaves the
+#: dangling files to the next run.
+DANGLING_REMOVAL_ATTEMPTS = 5
+
+
+def split_dangling_removal(call: ProcedureCall) -> tuple[ProcedureCall, bool]:
+    """``call`` without :data:`REMOVE_DANGLING`, and whether it asked for it: the job then runs the removal itself,
+    after the procedure.
+
+    Iceberg 1.12's removal (``RemoveDanglingDeleteFilesAction``) fails when any snapshot was committed since it
+    began (``Cannot remove dangling deletes: current snapshot changed``), and ``rewrite_data_files`` fails with it,
+    after its rewrite committed: every writer's commit, an append too, could fail the run. Run on its own, the
+    removal commits nothing when it loses, and is tried again (:func:`until_it_wins`); on earlier releases it is
+    the same action the procedure runs.
+    """
+    if call.procedure != "rewrite_data_files":
+        return call, False
+    if normalize_options(call.procedure, call.options).get(REMOVE_DANGLING) != "true":
+        return call, False
+    return replace(call, options={**call.options, REMOVE_DANGLING: False}), True
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """What :func:`until_it_wins` did: the attempt's result (None when every attempt lost), how many it made, and
+    what each lost attempt lost to."""
+
+    result: int | None
+    attempts: int
+    lost_to: tuple[str, ...] = ()
+
+
+def until_it_wins(
+    attempt: Callable[[], int], lost: Callable[[Exception], str | None], attempts: int = DANGLING_REMOVAL_ATTEMPTS
+) -> Attempts:
+    """Run ``attempt`` until it returns, at most ``attempts`` times; ``lost`` says what an error lost to (a commit
+    that beat it), or None for an error that is not such a loss, which is raised at once."""
+    losses: list[str] = []
+    for made in range(1, attempts + 1):
+        try:
+            return Attempts(attempt(), made, tuple(losses))
+        except Exception as error:
+            reason = lost(error)
+            if reason is None:
+                raise
+            losses.append(reason)
+    return Attempts(None, attempts, tuple(losses))

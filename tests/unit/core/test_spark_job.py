@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_iceberg.core.spark_job import JobArguments, ProcedureCall, format_result_line, parse_result_line
+from airflow_iceberg.core.spark_job import (
+    Attempts,
+    JobArguments,
+    ProcedureCall,
+    format_result_line,
+    parse_result_line,
+    split_dangling_removal,
+    until_it_wins,
+)
 from airflow_iceberg.core.tables import InvalidCallError, TableName
 
 
@@ -51,3 +59,74 @@ def test_a_call_builds_its_checked_statement():
         "CALL `lake`.system.rewrite_data_files(table => 'db.events', options => map('min-input-files', '5'), "
         "where => 'dt = \\'1\\'')"
     )
+
+
+@pytest.mark.parametrize("asked", [True, "true", "TRUE"])
+def test_a_rewrite_that_removes_dangling_deletes_leaves_the_removal_to_the_job(asked):
+    call = ProcedureCall("rewrite_data_files", {"remove-dangling-deletes": asked, "min-input-files": 2}, "k > 1")
+    rewrite, removes = split_dangling_removal(call)
+    assert removes
+    assert rewrite == ProcedureCall(
+        "rewrite_data_files", {"remove-dangling-deletes": False, "min-input-files": 2}, "k > 1"
+    )
+    assert "'remove-dangling-deletes', 'false'" in rewrite.statement(TableName.parse("lake.db.events"))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ProcedureCall("rewrite_data_files", {"remove-dangling-deletes": False}),
+        ProcedureCall("rewrite_data_files", {"min-input-files": 2}),
+        ProcedureCall("rewrite_position_delete_files"),
+    ],
+)
+def test_a_call_that_removes_nothing_dangling_runs_as_given(call):
+    assert split_dangling_removal(call) == (call, False)
+
+
+class Lost(Exception):
+    pass
+
+
+def losing(times: int, then: int = 3):
+    """An attempt that loses ``times`` times to a commit, then removes ``then`` files; and the attempts it saw."""
+    made = []
+
+    def attempt() -> int:
+        made.append(len(made) + 1)
+        if len(made) <= times:
+            raise Lost(f"current snapshot changed ({len(made)})")
+        return then
+
+    return attempt, made
+
+
+def lost_to(error: Exception) -> str | None:
+    return str(error) if isinstance(error, Lost) else None
+
+
+def test_the_removal_is_tried_again_until_a_commit_no_longer_beats_it():
+    attempt, made = losing(2)
+    assert until_it_wins(attempt, lost_to, attempts=5) == Attempts(
+        3, 3, ("current snapshot changed (1)", "current snapshot changed (2)")
+    )
+    assert made == [1, 2, 3]
+
+
+def test_a_removal_that_loses_every_attempt_gives_up_with_what_it_lost_to():
+    attempt, made = losing(9)
+    outcome = until_it_wins(attempt, lost_to, attempts=4)
+    assert outcome.result is None and outcome.attempts == 4 and made == [1, 2, 3, 4]
+    assert outcome.lost_to[-1] == "current snapshot changed (4)"
+
+
+def test_an_error_that_is_not_a_lost_commit_is_raised_at_once():
+    made = []
+
+    def attempt() -> int:
+        made.append(1)
+        raise OSError("the warehouse is gone")
+
+    with pytest.raises(OSError, match="warehouse is gone"):
+        until_it_wins(attempt, lost_to)
+    assert made == [1]
