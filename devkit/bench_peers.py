@@ -56,8 +56,8 @@ import psutil
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.core.iceberg_runtime import IcebergVersion
-from airflow_iceberg.core.procedures import build_call
+from airflow_iceberg.core.iceberg_runtime import IcebergVersion, options_it_takes
+from airflow_iceberg.core.procedures import build_call, normalize_options
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
@@ -204,7 +204,12 @@ class UngatedCompactor(threading.Thread):
         self.failures: list[str] = []
         self.succeeded = 0
         self.cpu_s = 0.0
-        self.call = build_call("rewrite_data_files", config.table, DELETE_FOLDING_OPTIONS)
+        # Our delete folding, as far as the stack's Iceberg takes it (no remove-dangling-deletes before 1.7).
+        options = normalize_options("rewrite_data_files", DELETE_FOLDING_OPTIONS)
+        runtime = config.spark.iceberg_runtime()
+        self.call = build_call(
+            "rewrite_data_files", config.table, options_it_takes("rewrite_data_files", options, runtime)
+        )
         self.log_file = work / "ungated-rewrites.log"
 
     def run(self) -> None:
@@ -232,7 +237,9 @@ def _children_cpu() -> float:
 
 
 def _exception_name(text: str) -> str | None:
-    found = re.search(r"org\.apache\.iceberg\.exceptions\.(\w+)", text)
+    found = re.search(r"org\.apache\.iceberg\.exceptions\.(\w+)", text) or re.search(
+        r"pyspark\.errors\.exceptions\.captured\.(\w+: .{0,120})", text
+    )
     return found.group(1) if found else None
 
 
