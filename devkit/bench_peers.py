@@ -56,8 +56,8 @@ import psutil
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.core.iceberg_runtime import IcebergVersion, options_it_takes
-from airflow_iceberg.core.procedures import build_call, normalize_options
+from airflow_iceberg.core.iceberg_runtime import IcebergVersion
+from airflow_iceberg.core.procedures import build_call
 from airflow_iceberg.core.spark_job import parse_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
@@ -205,11 +205,8 @@ class UngatedCompactor(threading.Thread):
         self.succeeded = 0
         self.cpu_s = 0.0
         # Our delete folding, as far as the stack's Iceberg takes it (no remove-dangling-deletes before 1.7).
-        options = normalize_options("rewrite_data_files", DELETE_FOLDING_OPTIONS)
-        runtime = config.spark.iceberg_runtime()
-        self.call = build_call(
-            "rewrite_data_files", config.table, options_it_takes("rewrite_data_files", options, runtime)
-        )
+        options = config.provider_options("rewrite_data_files", DELETE_FOLDING_OPTIONS)
+        self.call = build_call("rewrite_data_files", config.table, options)
         self.log_file = work / "ungated-rewrites.log"
 
     def run(self) -> None:
