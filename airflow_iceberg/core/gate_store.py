@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from airflow_iceberg.core.conflicts import (
@@ -207,6 +207,7 @@ class Closing:
             check_lease_seconds(self.slot.patience, "the slot request's patience")
 
 
+@dataclass(eq=False)
 class GateStore:
     """The gates of one MySQL database, changed and read by their owners (never by writers).
 
@@ -220,21 +221,16 @@ class GateStore:
     :param sleep: Waits the given seconds; with ``clock``, replaceable to wait on a fake clock.
     """
 
-    def __init__(
-        self,
-        connect: Callable[[], Any],
-        *,
-        schema_error: Callable[[Exception], Exception] | None = None,
-        settle_seconds: float = SETTLE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self._connect = connect
-        self._schema_error = schema_error
-        self.settle_seconds = settle_seconds
-        self._clock = clock
-        self._sleep = sleep
-        #: The queue of runs for each Spark connection's slots, in the same database and transactions.
+    connect: Callable[[], Any]
+    _: KW_ONLY
+    schema_error: Callable[[Exception], Exception] | None = None
+    settle_seconds: float = SETTLE_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    #: The queue of runs for each Spark connection's slots, in the same database and transactions.
+    spark_slots: SparkSlotQueue = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
         self.spark_slots = SparkSlotQueue(self.transaction)
 
     @contextmanager
@@ -242,14 +238,14 @@ class GateStore:
         """A dict cursor in one transaction on a new connection, committed if the block ends normally."""
         import pymysql
 
-        connection = self._connect()
+        connection = self.connect()
         try:
             with connection.cursor(pymysql.cursors.DictCursor) as cursor:
                 try:
                     yield cursor
                 except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as error:
-                    if self._schema_error is not None and error.args and error.args[0] in SCHEMA_ERRORS:
-                        raise self._schema_error(error) from error
+                    if self.schema_error is not None and error.args and error.args[0] in SCHEMA_ERRORS:
+                        raise self.schema_error(error) from error
                     raise
             connection.commit()
         finally:
@@ -327,7 +323,7 @@ class GateStore:
             attempt = self._close_once(table, owner, closing, only_if_free)
             if not attempt.settle_left:
                 return attempt
-            self._sleep(attempt.settle_left)
+            self.sleep(attempt.settle_left)
 
     def _close_once(self, table: str, owner: GateOwner, closing: Closing, only_if_free: bool) -> CloseAttempt:
         slot = closing.slot
@@ -417,16 +413,16 @@ class GateStore:
         timeout, is a real one, and its refusal is raised (:class:`GateBusyError`, or :class:`SparkSlotsBusyError`).
         A ``timeout`` of 0 makes that one look.
         """
-        deadline = self._clock() + timeout
+        deadline = self.clock() + timeout
         while True:
-            last = self._clock() >= deadline
+            last = self.clock() >= deadline
             attempt = self.close(table, owner, closing, only_if_free=not last)
             if attempt.closed:
                 return attempt
             if last:
                 raise attempt.refusal(gave_up_after=timeout if timeout else None)
             log(f"{attempt.detail}; waiting, the gate open meanwhile")
-            self._sleep(max(0.0, min(poke_interval, deadline - self._clock())))
+            self.sleep(max(0.0, min(poke_interval, deadline - self.clock())))
 
     def observe(self, table: str, writer_id: str, kind: CommitKind, snapshot_id: int, detail: str) -> bool:
         """Record that the table's history showed ``writer_id`` commit ``kind`` in snapshot ``snapshot_id``, when that
