@@ -207,7 +207,7 @@ class Closing:
             check_lease_seconds(self.slot.patience, "the slot request's patience")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, repr=False)
 class GateStore:
     """The gates of one MySQL database, changed and read by their owners (never by writers).
 
@@ -228,7 +228,7 @@ class GateStore:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     #: The queue of runs for each Spark connection's slots, in the same database and transactions.
-    spark_slots: SparkSlotQueue = field(init=False, repr=False)
+    spark_slots: SparkSlotQueue = field(init=False)
 
     def __post_init__(self) -> None:
         self.spark_slots = SparkSlotQueue(self.transaction)
