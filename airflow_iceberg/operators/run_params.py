@@ -9,8 +9,9 @@ Params (:func:`overrides_from_params`).
 
 from __future__ import annotations
 
+import difflib
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +165,25 @@ def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | N
     )
 
 
+def check_known_params(params: Mapping[str, Any], declared: Collection[str]) -> None:
+    """Refuse a key of the run's conf that is no Param of the DAG, naming it and the nearest Param.
+
+    Airflow merges a run's conf into its Params without a word about keys the DAG does not declare, so a typo
+    (``wher`` for ``where``) would otherwise be ignored and the run would go on with the DAG's own settings.
+    """
+    unknown = sorted(set(params) - set(declared))
+    if not unknown:
+        return
+    key = unknown[0]
+    nearest = difflib.get_close_matches(key, sorted(declared), n=1, cutoff=0.5)
+    hint = f"; did you mean {nearest[0]!r}?" if nearest else "."
+    more = f" (and {', '.join(map(repr, unknown[1:]))})" if unknown[1:] else ""
+    raise RunParamsError(
+        f"the run's conf has {key!r}{more}, which is no Param of this DAG{hint} "
+        f"Its Params: {', '.join(sorted(declared))}."
+    )
+
+
 class CheckRunParamsOperator(BaseOperator):
     """Validate the run's Params and the predicate each rewrite will use; return those predicates.
 
@@ -174,6 +194,9 @@ class CheckRunParamsOperator(BaseOperator):
     predicate the run cannot render (one that uses the logical date, in a run without one) fails here too. When
     the run gives its own predicate, the table's is not rendered. On a dry run, a predicate pyiceberg cannot
     apply to the metadata fails here too, naming it.
+
+    A key of the run's conf that is no Param of the DAG (a typo such as ``wher``) fails here, naming it and the
+    nearest Param.
 
     Returns (to XCom) ``{procedure: predicate or None}``, which ``plan_compaction`` narrows to the partitions
     that need work.
@@ -203,6 +226,13 @@ class CheckRunParamsOperator(BaseOperator):
         self.write_gate_conn_id = write_gate_conn_id
         self.iceberg_runtime = iceberg_runtime
 
+    def _declared_params(self) -> set[str]:
+        """The Params the DAG and this task declare (a run's conf is merged into ``params`` beside them)."""
+        declared = set(run_params()) | set(self.params or {})
+        if self.has_dag():
+            declared |= set(self.dag.params or {})
+        return declared
+
     def _load_table(self) -> Any:
         """The table, as pyiceberg reads it through the Iceberg connection."""
         return load_iceberg_table(self.iceberg_conn_id, self.table)
@@ -224,6 +254,7 @@ class CheckRunParamsOperator(BaseOperator):
         from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
         from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
+        check_known_params(context["params"], self._declared_params())
         try:
             overrides = overrides_from_params(context["params"], self.iceberg_runtime)
         except ValueError as error:

@@ -192,3 +192,28 @@ def test_the_params_declare_draft_7_so_airflow_checks_them_cheaply():
     for name, param in run_params().items():
         assert param.schema["$schema"] == "http://json-schema.org/draft-07/schema#", name
         param.resolve()  # each default is valid under its declared dialect
+
+
+def test_a_conf_key_that_is_no_param_is_refused_naming_it_and_the_nearest_param(monkeypatch):
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+    with pytest.raises(RunParamsError) as raised:
+        op._check(params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})  # Airflow merges the conf into params
+    message = str(raised.value)
+    assert message.startswith("the run's conf has 'wher', which is no Param of this DAG; did you mean 'where'?")
+    assert "'ds' is undefined" not in message  # refused before the table's predicate is rendered
+    assert isinstance(raised.value, AirflowFailException)
+
+
+def test_every_unknown_key_is_named_and_one_with_no_near_param_gets_no_guess(monkeypatch):
+    op = check_operator(None, monkeypatch)
+    with pytest.raises(RunParamsError) as raised:
+        op._check(params={**DEFAULTS, "zzz": 1, "qqq": 2})
+    message = str(raised.value)
+    assert message.startswith("the run's conf has 'qqq' (and 'zzz'), which is no Param of this DAG. Its Params: ")
+    assert "did you mean" not in message
+
+
+def test_the_params_a_dag_declares_are_all_known_to_its_check(monkeypatch):
+    dag = build_compaction_dag(TableConfig(table="lake.db.t", iceberg_conn_id="lake"))
+    check = dag.get_task("check_run_params")
+    assert check._declared_params() == set(dag.params)
