@@ -68,8 +68,10 @@ class PartitionHealth:
     equality_delete_records: int = 0
     delete_bytes: int = 0
     oldest_delete_ms: int | None = None
-    # Delete files that apply to no live data file any more: removed, never a reason to rewrite data.
+    # Delete files that apply to no live data file any more: removed, never a reason to rewrite data. Of them,
+    # the position-delete files (not deletion vectors): rewrite_position_delete_files drops them (see plan).
     dangling_delete_files: int = 0
+    dangling_position_delete_files: int = 0
     snapshots_since_rewrite: int = 0
     # Spark SQL conditions selecting the partition's rows (see partition_predicate), and the raw partition
     # tuple (for pyiceberg's evaluators); not reported.
@@ -228,6 +230,8 @@ def read_health(
         health = partitions[key]
         if not _may_apply(data_file, sequence, oldest_data.get(key), data_paths, oldest_added.get(key)):
             health.dangling_delete_files += 1
+            if data_file.content == DataFileContent.POSITION_DELETES and not _is_deletion_vector(data_file):
+                health.dangling_position_delete_files += 1
             continue
         if data_file.content == DataFileContent.POSITION_DELETES:
             health.position_delete_files += 1

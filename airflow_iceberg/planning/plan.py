@@ -48,16 +48,33 @@ def partition_reasons(health: PartitionHealth, thresholds: HealthThresholds, now
         age_minutes = (now_ms - health.oldest_delete_ms) / 60_000
         if age_minutes >= thresholds.max_delete_age_minutes:
             reasons.append(f"a delete file {age_minutes:.0f} min old (>= {thresholds.max_delete_age_minutes:g})")
+    if health.dangling_position_delete_files:
+        reasons.append(dangling_reason(health))
     return reasons
 
 
+def dangling_reason(health: PartitionHealth) -> str:
+    """The reason a partition with position-delete files that name no live data file gets work.
+
+    ``rewrite_position_delete_files`` keeps only the deletes that name a live data file (Iceberg's rewriter joins
+    them with the table's data files), so rewriting such a file drops it; on every supported Iceberg, 1.5
+    included. Deletion vectors and equality deletes that apply to nothing are left to ``remove-dangling-deletes``
+    (Iceberg 1.7 and later), which runs after each data rewrite.
+    """
+    return f"{health.dangling_position_delete_files} position-delete files that apply to nothing"
+
+
 def needs(procedure: str, health: PartitionHealth, reasons: list[str]) -> bool:
-    """Whether ``procedure`` has work in a partition that needs a rewrite for ``reasons``."""
+    """Whether ``procedure`` has work in a partition that needs a rewrite for ``reasons``.
+
+    A partition whose only fault is position-delete files that apply to nothing needs only the cheap one,
+    ``rewrite_position_delete_files``: no data file is rewritten for it.
+    """
     if not reasons:
         return False
     if procedure == "rewrite_position_delete_files":
-        return health.position_delete_files > 0
-    return health.data_files > 0
+        return health.position_delete_files + health.dangling_position_delete_files > 0
+    return health.data_files > 0 and reasons != [dangling_reason(health)]
 
 
 class Decision(StrEnum):

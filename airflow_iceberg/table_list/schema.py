@@ -42,6 +42,12 @@ SPARK_DEFAULT_CONN_ID = "spark_default"
 #: that apply to no live data file any more (``remove-dangling-deletes``). Iceberg's defaults do neither, so a
 #: rewrite would leave a streaming upsert's equality deletes behind for ever, and health would keep counting them.
 DELETE_FOLDING_OPTIONS: dict[str, Any] = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
+#: What every run of a table puts under its own ``rewrite_position_delete_files`` options: rewrite every delete
+#: file of the partitions the run gives it (``rewrite-all``). That rewriter keeps only the deletes that name a live
+#: data file, so the delete files the data rewrite just left dangling go, even a partition's single one, which
+#: Iceberg's default (a group of two files or more) would leave for ever; after ``rewrite_data_files`` with
+#: ``delete-file-threshold`` 1 they are few and small.
+POSITION_DELETE_FOLDING_OPTIONS: dict[str, Any] = {"rewrite-all": True}
 #: Iceberg's own ``min-input-files`` of ``rewrite_data_files``: a group of fewer files is not rewritten (unless
 #: other rules pick it). A ``health.min_small_files`` below it would start runs that rewrite nothing, and start
 #: them again after each cool-down; such a table's rewrites get ``min-input-files`` = its ``min_small_files``.
@@ -375,8 +381,11 @@ class TableConfig(BaseModel):
     def options_for(self, procedure: str) -> dict[str, Any]:
         """The options ``procedure`` runs with in the compaction DAG: the table's own over the provider's
         (:data:`DELETE_FOLDING_OPTIONS` for ``rewrite_data_files``, and ``min-input-files`` where health's
-        ``min_small_files`` is below :data:`ICEBERG_MIN_INPUT_FILES`; those the table's Iceberg takes)."""
+        ``min_small_files`` is below :data:`ICEBERG_MIN_INPUT_FILES`; :data:`POSITION_DELETE_FOLDING_OPTIONS` for
+        ``rewrite_position_delete_files``; those the table's Iceberg takes)."""
         own = getattr(self, procedure)
+        if procedure == "rewrite_position_delete_files":
+            return {**self.provider_options(procedure, POSITION_DELETE_FOLDING_OPTIONS), **own}
         if procedure != "rewrite_data_files":
             return dict(own)
         provider = dict(DELETE_FOLDING_OPTIONS)

@@ -159,7 +159,7 @@ def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compa
         table,
         health={"min_small_files": 4, "max_delete_ratio": 0.5, "max_delete_age_minutes": 600},
         rewrite_data_files={"remove-dangling-deletes": False, "use-starting-sequence-number": False},
-        rewrite_position_delete_files={"min-input-files": 100},
+        rewrite_position_delete_files={"rewrite-all": False, "min-input-files": 100},
     )
     run = dag.test()
 
@@ -187,10 +187,23 @@ def test_only_the_two_partitions_that_need_work_are_rewritten(unique_name, compa
     assert record["delete_files_after"] == total == dangling == record["delete_files_before"], record
     assert record["gate_closed_seconds"] > 0 and record["rewrite_seconds"] > 0
 
+    # Dangling position deletes alone make a partition need the cheap rewrite only, of its delete files, which
+    # drops them: no data file is planned for them (a dry run shows the plan and closes no gate).
+    run = compaction_dag(table).test(run_conf={"dry_run": True})
+    assert run.state == "success"
+    plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
+    assert plan["decision"] == "compact", plan
+    assert plan["partitions"] == {"rewrite_position_delete_files": [f"dt={d}" for d in unhealthy]}, plan
+    reasons = {tuple(p["reasons"]) for p in plan["health"]["unhealthy"]}
+    assert all(len(r) == 1 and r[0].endswith("position-delete files that apply to nothing") for r in reasons), plan
+    assert [row["action"] for row in WriteGateHook().audit_trail(table)] == ["close", "open"]  # no new close
+
     # With Iceberg's removal on (the default), the job removes the dangling files itself, after the rewrite (Iceberg
-    # 1.12 fails the procedure's own removal on any commit since it began): a forced run, since dangling files
-    # never make a partition need work.
-    run = compaction_dag(table, rewrite_position_delete_files={"min-input-files": 100}).test(run_conf={"force": True})
+    # 1.12 fails the procedure's own removal on any commit since it began): a forced run, and a position-delete
+    # rewrite that leaves them, so the removal is what takes them.
+    run = compaction_dag(table, rewrite_position_delete_files={"rewrite-all": False, "min-input-files": 100}).test(
+        run_conf={"force": True}
+    )
     assert run.state == "success"
     result = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")["rewrite_data_files"]
     assert (result["removed_delete_files_count"], result["dangling_removal_attempts"]) == (dangling, 1), result

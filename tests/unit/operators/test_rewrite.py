@@ -421,7 +421,12 @@ def test_each_compaction_folds_deletes_unless_the_table_says_otherwise_and_the_f
     folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
     plain = TableConfig.model_validate({"table": "lake.cdc.orders"})
     assert options(build_compaction_dag(plain), "rewrite_data_files") == folding
-    assert options(build_compaction_dag(plain), "rewrite_position_delete_files") == {}
+    # Every delete file of the partitions it takes: it drops those the data rewrite left dangling, a single one too.
+    assert options(build_compaction_dag(plain), "rewrite_position_delete_files") == {"rewrite-all": True}
+    keeps_small_groups = TableConfig.model_validate(
+        {"table": "lake.cdc.orders", "rewrite_position_delete_files": {"rewrite-all": False}}
+    )
+    assert options(build_compaction_dag(keeps_small_groups), "rewrite_position_delete_files") == {"rewrite-all": False}
     own = TableConfig.model_validate(
         {"table": "lake.cdc.orders", "rewrite_data_files": {"delete-file-threshold": 5, "min-input-files": 2}}
     )

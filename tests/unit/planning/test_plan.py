@@ -63,6 +63,10 @@ THRESHOLDS = HealthThresholds(small_file_ratio=0.75, min_small_files=4, max_dele
             {"data_files": 4, "small_files": 3, "dangling_delete_files": 9},
             [],
         ),
+        (
+            {"data_files": 4, "small_files": 3, "dangling_delete_files": 9, "dangling_position_delete_files": 1},
+            ["1 position-delete files that apply to nothing"],
+        ),
     ],
     ids=[
         "three-small",
@@ -71,7 +75,8 @@ THRESHOLDS = HealthThresholds(small_file_ratio=0.75, min_small_files=4, max_dele
         "delete-ratio",
         "old-delete",
         "equality-deletes-count-as-fragments",
-        "dangling-deletes-never-trigger",
+        "dangling-equality-deletes-and-dvs-never-trigger",
+        "a-dangling-position-delete-file-triggers",
     ],
 )
 def test_a_partition_needs_work_exactly_when_a_threshold_is_met(counts, reasons):
@@ -119,6 +124,21 @@ def test_partitions_with_equality_deletes_have_every_data_file_rewritten_so_the_
     plan = make_plan(table_health(small_only, equality), THRESHOLDS, where)
     assert plan.options == {"rewrite_data_files": {"rewrite-all": True}}
     assert plan.partitions["rewrite_data_files"] == ["dt=20240620", "dt=20240621"]
+
+
+def test_a_partition_whose_only_fault_is_dangling_position_deletes_gets_only_the_cheap_delete_rewrite():
+    where = {"rewrite_data_files": None, "rewrite_position_delete_files": None}
+    dangling = partition(
+        "20240620", data_files=3, small_files=1, dangling_delete_files=1, dangling_position_delete_files=1
+    )
+    plan = make_plan(table_health(dangling), THRESHOLDS, where)
+    assert plan.decision == "compact"
+    assert plan.partitions == {"rewrite_position_delete_files": ["dt=20240620"]}  # no data file rewritten for it
+    assert plan.predicates == {"rewrite_position_delete_files": "`dt` = '20240620'"}
+    assert plan.health["unhealthy"][0]["reasons"] == ["1 position-delete files that apply to nothing"]
+    # With other faults too, the data rewrite takes the partition as well.
+    both = partition("20240620", data_files=4, small_files=4, dangling_delete_files=1, dangling_position_delete_files=1)
+    assert set(make_plan(table_health(both), THRESHOLDS, where).partitions) == set(where)
 
 
 def test_with_no_partition_needing_work_the_plan_skips_and_says_why():
