@@ -144,7 +144,7 @@ class PlanCompactionOperator(ShortCircuitOperator):
 
     def _plan_and_record(self, context: Mapping[str, Any]) -> bool:
         ti = context["ti"]
-        overrides = overrides_from_params(context["params"])  # already checked by check_run_params
+        overrides = overrides_from_params(context["params"], parse_where=False)  # checked by check_run_params
         predicates = ti.xcom_pull(task_ids=self.check_task_id)
         if predicates is None:
             raise RuntimeError(f"{self.check_task_id} returned no predicates")

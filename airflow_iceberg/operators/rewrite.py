@@ -62,8 +62,8 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
     :param procedures: The rewrites to call, in this order; both by default.
     :param where: Each rewrite's Spark SQL predicate selecting the partitions to rewrite, by procedure; a
         procedure without one takes the whole table. (templated; with ``apply_run_params``, a run that gives its
-        own ``where`` uses that, as written, and the template is not rendered; with ``plan_task_id``, the plan's
-        predicates are used instead)
+        own ``where`` uses that, as written, and the template is not rendered.) Not with ``plan_task_id``: the
+        plan's predicates are then the one source of each ``CALL``'s.
     :param apply_run_params: Let the run's Params (``where``, ``rewrite_all``, ``target_file_size_bytes``,
         ``min_input_files``, ``partial_progress``, ``strategy``, ``sort_order``) override the settings above.
     :param plan_task_id: The ``plan_compaction`` task: only the procedures the plan gives a predicate run, each
@@ -88,6 +88,12 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
         **kwargs: Any,
     ) -> None:
         self.check_procedures(procedures, where=where)
+        if plan_task_id and where:
+            raise ValueError(
+                f"IcebergRewriteOperator takes where or plan_task_id, not both: with a plan, its predicates are the "
+                f"CALLs' ({plan_task_id!r} rendered and narrowed them), so the table's where {dict(where)} would never "
+                "be used"
+            )
         others = [p for p in procedures if p not in REWRITE_PROCEDURES]
         if others:
             raise ValueError(
@@ -102,10 +108,8 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
     def render_template_fields(self, context: Context, jinja_env: Any = None) -> None:
         # A run's own `where` replaces the table's before rendering: the table's template is then never rendered
         # (it may need a logical date the run lacks), and the run's text is taken as written, never as a template.
-        # With a plan, the predicates come from it (rendered and narrowed there): these templates are not rendered.
-        if self.plan_task_id:
-            self.where = {}
-        elif self.apply_run_params:
+        # With a plan there are no templates: the predicates come from it (rendered and narrowed there).
+        if self.apply_run_params and not self.plan_task_id:
             overrides = overrides_from_params(context["params"], self.iceberg_runtime)
             for procedure in self.procedures:
                 run_where = overrides.where_for(procedure)
@@ -132,7 +136,11 @@ class IcebergRewriteOperator(IcebergProcedureOperator):
                 self.log.info("%s takes %s: %s", procedure, plan["partitions"].get(procedure), where[procedure])
                 if planned.get(procedure):
                     self.log.info("%s runs with %s: equality deletes to fold", procedure, planned[procedure])
-        overrides = overrides_from_params(context["params"], self.iceberg_runtime) if self.apply_run_params else None
+        overrides = None
+        if self.apply_run_params:  # with a plan, the run's where is in its predicates: not parsed again here
+            overrides = overrides_from_params(
+                context["params"], self.iceberg_runtime, parse_where=not self.plan_task_id
+            )
         calls = []
         for procedure in procedures:
             options = {

@@ -119,8 +119,13 @@ class RunOverrides:
         return self.where_by_procedure.get(procedure, self.where)
 
 
-def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | None = None) -> RunOverrides:
-    """Validate a run's Params, for the table's Iceberg if known; raise ValueError naming the first bad parameter."""
+def overrides_from_params(
+    params: Mapping[str, Any], iceberg: IcebergRuntime | None = None, *, parse_where: bool = True
+) -> RunOverrides:
+    """Validate a run's Params, for the table's Iceberg if known; raise ValueError naming the first bad parameter.
+
+    ``parse_where=False`` takes the run's predicates as they are: for the tasks after ``check_run_params``, which
+    parsed each of them once."""
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     arguments: dict[str, dict[str, Any]] = defaultdict(dict)
     for param, option in _OPTION_PARAMS.items():
@@ -143,7 +148,7 @@ def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | N
         raise ValueError(f"param {bad!r}: {error}") from None
     arguments["rewrite_data_files"].update(chosen)
     where = params.get("where")
-    if where is not None:
+    if where is not None and parse_where:
         from airflow_iceberg.planning.predicates import parse_predicate  # sqlglot: off the parse path
 
         parse_predicate(where, what="param 'where'")  # one filter, not empty: checked before anything else
@@ -151,9 +156,10 @@ def overrides_from_params(params: Mapping[str, Any], iceberg: IcebergRuntime | N
     for procedure in REWRITE_PROCEDURES:
         own = params.get(f"{procedure}_where")
         if own is not None:
-            from airflow_iceberg.planning.predicates import parse_predicate
+            if parse_where:
+                from airflow_iceberg.planning.predicates import parse_predicate
 
-            parse_predicate(own, what=f"param '{procedure}_where'")
+                parse_predicate(own, what=f"param '{procedure}_where'")
             where_by_procedure[procedure] = own
     flags = {}
     for name in ("dry_run", "force"):
@@ -255,8 +261,8 @@ class CheckRunParamsOperator(BaseOperator):
         from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
         check_known_params(context["params"], self._declared_params())
-        try:
-            overrides = overrides_from_params(context["params"], self.iceberg_runtime)
+        try:  # its predicates are parsed below, each once
+            overrides = overrides_from_params(context["params"], self.iceberg_runtime, parse_where=False)
         except ValueError as error:
             raise RunParamsError(str(error)) from None
         # By procedure: what names the predicate, the predicate, and whether it was rendered from the table's
@@ -271,10 +277,15 @@ class CheckRunParamsOperator(BaseOperator):
                 what = f"the table's where for {procedure}"
                 chosen[procedure] = (what, render_predicate(self, self.where.get(procedure), context, what), True)
         schema = self._load_table().schema()
+        checked: set[tuple[str, str, bool]] = set()  # one predicate for both procedures is checked once
         for procedure, (what, where, rendered) in chosen.items():
             if where is None:
                 self.log.info("%s will rewrite the whole table", procedure)
                 continue
+            if (what, where, rendered) in checked:
+                self.log.info("%s will use %s: %s", procedure, what, where)
+                continue
+            checked.add((what, where, rendered))
             try:
                 predicate = parse_predicate(where, what=what, rendered=rendered)
                 check_columns(predicate, schema, self.table, what=what)

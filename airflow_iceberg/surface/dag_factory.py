@@ -197,11 +197,10 @@ def _gated_rewrites(
         table=table,
         procedures=[procedure for procedure, _, _ in rewrites],
         options={procedure: options for procedure, options, _ in rewrites},
-        where={procedure: where for procedure, _, where in rewrites},
         iceberg_conn_id=config.catalog_conn_id,
         write_gate_conn_id=gate_conn,
         apply_run_params=True,
-        plan_task_id=plan.task_id,
+        plan_task_id=plan.task_id,  # the one source of each CALL's predicate: the table's, narrowed by the plan
         outlets=[table_asset(table)],
         execution_timeout=timedelta(seconds=config.max_pause_seconds),
         doc_md=docs.rewrite_files(config, full),

@@ -70,12 +70,13 @@ def test_health_thresholds_reach_the_plan_and_the_full_rewrite_plans_without_the
     assert make_full_rewrite_dag().get_task("plan_compaction").thresholds is None
 
 
-def test_a_predicate_per_procedure_reaches_each_rewrite_and_the_check():
+def test_a_predicate_per_procedure_reaches_the_check_and_only_through_the_plan_the_rewrite():
     where = {"rewrite_data_files": 'dt >= "20240620"'}
     dag = make_dag(where=where)
-    both = {**where, "rewrite_position_delete_files": None}
-    assert dag.get_task("rewrite_files").where == both
-    assert dag.get_task("check_run_params").where == both
+    assert dag.get_task("check_run_params").where == {**where, "rewrite_position_delete_files": None}
+    # The check renders it, the plan narrows it: the rewrite's CALLs take the plan's predicates, and nothing else.
+    rewrite = dag.get_task("rewrite_files")
+    assert (rewrite.where, rewrite.plan_task_id) == ({}, "plan_compaction")
 
 
 def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_pool():
@@ -124,13 +125,14 @@ def test_table_settings_reach_the_tasks():
     assert wait.timeout == 1200  # half the longest pause, leaving the rest for the rewrites
     assert rewrite.execution_timeout.total_seconds() == 2400  # the job also stops itself at the pause's ceiling
     # Under the table's own options, the provider's: data files that carry deletes are rewritten, and the delete
-    # files that then apply to nothing are removed.
+    # files that then apply to nothing are removed; every position-delete file the run takes is rewritten.
     folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}
     assert rewrite.options == {
         "rewrite_data_files": {**folding, "target-file-size-bytes": 134217728},
-        "rewrite_position_delete_files": {},
+        "rewrite_position_delete_files": {"rewrite-all": True},
     }
-    assert rewrite.where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
+    assert dag.get_task("check_run_params").where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
+    assert rewrite.where == {}  # the plan's predicates are the CALLs' own
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
     assert rewrite.write_gate_conn_id == "gate_prod"
@@ -174,12 +176,12 @@ def make_full_rewrite_dag(**settings):
 
 
 def render_where(dag, logical_date: str) -> str:
-    """The data-file rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in the
-    task."""
+    """The data-file rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in
+    check_run_params (the plan narrows it for the rewrite)."""
     import pendulum
     from airflow.macros import ds_add
 
-    task = dag.get_task("rewrite_files")
+    task = dag.get_task("check_run_params")  # renders the table's where; the plan narrows it for the rewrite
     moment = pendulum.parse(logical_date)
     context = {"ds": moment.to_date_string(), "logical_date": moment, "macros": type("M", (), {"ds_add": ds_add})}
     return task.render_template(task.where["rewrite_data_files"], context)
@@ -212,7 +214,7 @@ def test_a_day_transform_selects_the_utc_day_of_the_logical_date():
 
 
 def test_without_a_partition_the_full_rewrite_takes_the_whole_table():
-    assert make_full_rewrite_dag().get_task("rewrite_files").where == {
+    assert make_full_rewrite_dag().get_task("check_run_params").where == {
         "rewrite_data_files": None,
         "rewrite_position_delete_files": None,
     }

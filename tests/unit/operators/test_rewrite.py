@@ -463,3 +463,14 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.splitlines()[-1] == "ok", result.stderr[-3000:]
+
+
+def test_a_rewrite_takes_its_predicates_from_a_plan_or_from_where_never_both():
+    with pytest.raises(ValueError, match="takes where or plan_task_id, not both") as raised:
+        IcebergRewriteOperator(
+            task_id="rewrite_files",
+            table="lake.db.t",
+            plan_task_id="plan_compaction",
+            where={"rewrite_data_files": "x"},
+        )
+    assert "'plan_compaction'" in str(raised.value) and "'rewrite_data_files': 'x'" in str(raised.value)

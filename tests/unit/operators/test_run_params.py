@@ -217,3 +217,17 @@ def test_the_params_a_dag_declares_are_all_known_to_its_check(monkeypatch):
     dag = build_compaction_dag(TableConfig(table="lake.db.t", iceberg_conn_id="lake"))
     check = dag.get_task("check_run_params")
     assert check._declared_params() == set(dag.params)
+
+
+def test_a_runs_own_where_is_parsed_once_by_the_check_and_not_again_by_the_tasks_after_it(monkeypatch):
+    from airflow_iceberg.planning import predicates
+
+    parsed = []
+    real = predicates.parse_predicate
+    monkeypatch.setattr(predicates, "parse_predicate", lambda text, **kw: parsed.append(text) or real(text, **kw))
+    params = {**DEFAULTS, "where": "id > 1"}
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+    assert op._check(params=params) == dict.fromkeys(REWRITE_PROCEDURES, "id > 1")
+    assert parsed == ["id > 1"]  # one predicate for both rewrites: parsed once
+    overrides_from_params(params, parse_where=False)  # plan_compaction and rewrite_files, after the check
+    assert parsed == ["id > 1"]
