@@ -32,6 +32,9 @@ delete files itself, again when a writer's commit beat it (Iceberg 1.12 fails th
 began; ``core/spark_job.split_dangling_removal``). Its count replaces the procedure's
 ``removed_delete_files_count``; when every attempt lost, the rewrite stands and the files stay for the next run,
 which the result row says (``dangling_deletes_left``).
+
+Each result row also says how long the work took, by the job's own clock: ``call_seconds``, the ``CALL`` alone
+(Spark's start-up and the job's planning outside it), and ``removal_seconds``, the removal of dangling deletes.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -205,16 +209,20 @@ def main(argv: list[str] | None = None) -> int:
                 f"Running: {statement}" + (f" ({planned} data files planned)" if planned is not None else ""),
                 flush=True,
             )
+            started = time.monotonic()
             rows = spark.sql(statement).collect()
             # The CALL returned, so the procedure committed: its result stands even if the lease was lost
             # meanwhile (Iceberg validated that commit against every writer's).
             result = with_uncommitted(rows[0].asDict() if rows else {}, planned)
+            result["call_seconds"] = round(time.monotonic() - started, 3)  # the CALL's own time, as Spark ran it
             if keeper is not None and keeper.lost:
                 print(f"{procedure} finished and committed as its lease was lost: {keeper.lost}", flush=True)
             elif removes_dangling:
                 if keeper is not None:
                     keeper.renew_before_work()
+                started = time.monotonic()
                 removal = remove_dangling_deletes(spark, table)
+                result["removal_seconds"] = round(time.monotonic() - started, 3)
                 for loss in removal.lost_to:
                     print(f"Removing dangling delete files lost to a commit, tried again: {loss}", flush=True)
                 result = with_removal(result, removal)

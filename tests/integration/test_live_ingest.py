@@ -77,6 +77,8 @@ def test_gated_compactions_under_live_ingest_lose_nothing_and_never_conflict(
         assert figure.rewritten_data_files > figure.added_data_files > 0
         # The writer acknowledged the pause: the wait ended within one commit interval plus 10 s of closing.
         assert figure.wait_for_writer_seconds <= figure.commit_interval_seconds + 10, figure
+        # The job timed its CALLs, inside the task's own time (Spark's start-up is outside them).
+        assert 0 < figure.calls_seconds < figure.rewrite_seconds, figure
     # Nothing lost, nothing duplicated: the table is exactly what the events up to the last committed one make.
     max_value = finals[-1]["max_value"]
     rows = table_rows(table)
