@@ -53,39 +53,33 @@ def test_a_run_without_logical_date_uses_its_own_where(unique_name, table_config
     assert gate_hook.get_state(table).state == "open"
 
 
-def test_a_run_without_logical_date_needing_ds_fails_before_the_gate(unique_name, gate_hook, live_airflow):
-    table = TableName.parse(f"lake.rest.{unique_name}")
+def refused_before_the_gate(live_airflow, gate_hook, table: TableName, conf: dict) -> str:
+    """Trigger ``table``'s compaction DAG with ``conf`` and no logical date; assert that ``check_run_params`` failed
+    the run and the gate was never touched; return that task's log."""
     live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
     dag_id = compaction_dag_id(table)
 
-    run_id = trigger(live_airflow, dag_id, {})
+    run_id = trigger(live_airflow, dag_id, conf)
     run = live_airflow.wait_for_run(dag_id, run_id, timeout=600)
 
     states = live_airflow.task_states(dag_id, run_id)
     assert run["state"] == "failed"
     assert states["check_run_params"] == "failed", states
     assert states["close_gate"] == "upstream_failed", states
-    log = live_airflow.task_log(dag_id, run_id, "check_run_params")
+    assert gate_hook.audit_trail(table) == [], "the gate was touched"
+    return live_airflow.task_log(dag_id, run_id, "check_run_params")
+
+
+def test_a_run_without_logical_date_needing_ds_fails_before_the_gate(unique_name, gate_hook, live_airflow):
+    log = refused_before_the_gate(live_airflow, gate_hook, TableName.parse(f"lake.rest.{unique_name}"), {})
     assert "uses the run's logical date" in log and "this run has none" in log, log[-3000:]
     assert "Give the run its own 'where' in its conf" in log
-    assert gate_hook.audit_trail(table) == [], "the gate was touched"
 
 
 def test_a_conf_key_that_is_no_param_fails_before_the_gate_naming_it_and_the_nearest(
     unique_name, gate_hook, live_airflow
 ):
     table = TableName.parse(f"lake.rest.{unique_name}")
-    live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
-    dag_id = compaction_dag_id(table)
-
-    run_id = trigger(live_airflow, dag_id, {"wher": "ts >= '2026-11-29'"})
-    run = live_airflow.wait_for_run(dag_id, run_id, timeout=600)
-
-    states = live_airflow.task_states(dag_id, run_id)
-    assert run["state"] == "failed"
-    assert states["check_run_params"] == "failed", states
-    assert states["close_gate"] == "upstream_failed", states
-    log = live_airflow.task_log(dag_id, run_id, "check_run_params")
+    log = refused_before_the_gate(live_airflow, gate_hook, table, {"wher": "ts >= '2026-11-29'"})
     assert "the run's conf has 'wher', which is no Param of this DAG; did you mean 'where'?" in log, log[-3000:]
     assert "'ds' is undefined" not in log  # named before the table's predicate is rendered
-    assert gate_hook.audit_trail(table) == [], "the gate was touched"
