@@ -33,6 +33,11 @@ began; ``core/spark_job.split_dangling_removal``). Its count replaces the proced
 ``removed_delete_files_count``; when every attempt lost, the rewrite stands and the files stay for the next run,
 which the result row says (``dangling_deletes_left``).
 
+Pre-started (the secrets file's gate then has ``wait_for_go_seconds``), the job builds its session and loads the
+catalog while the writers still commit, says it is ready, and waits for the go that the idle wait gives
+(``core/gate_work.py``): it renews no lease meanwhile, and ends with :data:`NO_GO_EXIT`, having called nothing, at a
+stop, when the gate it saw closed for its run is no longer (its lease ran out), or when no go came in time.
+
 Each result row also says how long the work took, by the job's own clock: ``call_seconds``, the ``CALL`` alone
 (Spark's start-up and the job's planning outside it), and ``removal_seconds``, the removal of dangling deletes.
 """
@@ -47,13 +52,16 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_iceberg.core.gate_protocol import owner_connection
+from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.gate_store import GateLease
+from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_go
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets, apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
 from airflow_iceberg.core.spark_job import (
     LEASE_LOST_MARKER,
+    NO_GO_MARKER,
     Attempts,
     JobArguments,
     ProcedureCall,
@@ -65,6 +73,8 @@ from airflow_iceberg.core.tables import TableName
 
 #: The exit status of a job that stopped because its run lost the write gate (or would have, at the lease's end).
 LEASE_LOST_EXIT = 3
+#: The exit status of a pre-started job that ended without a CALL: no go came (``core/gate_work.py``).
+NO_GO_EXIT = 4
 
 
 def planned_data_files(spark: Any, table: TableName, call: ProcedureCall) -> int | None:
@@ -158,14 +168,35 @@ def with_removal(result: dict[str, Any], removal: Attempts) -> dict[str, Any]:
     return result
 
 
+def _connector(gate: GateOwnerSecrets) -> Callable[[], Any]:
+    return lambda: owner_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
+
+
 def lease_keeper(gate: GateOwnerSecrets, on_lost: Callable[[str], None]) -> LeaseKeeper:
     """A ``LeaseKeeper`` for the run the secrets file names."""
-
-    def connect():
-        return owner_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
-
-    lease = GateLease(gate["table"], gate["dag_id"], gate["run_id"], connect)
+    lease = GateLease(gate["table"], gate["dag_id"], gate["run_id"], _connector(gate))
     return LeaseKeeper.for_lease(lease, float(gate["lease_seconds"]), on_lost)
+
+
+def await_the_go(spark: Any, table: TableName, gate: GateOwnerSecrets) -> GateOwnerSecrets:
+    """Pre-started: with the session up, load the catalog, say the job is ready, and wait for the go; the gate's
+    settings with the lease the run closed with. :class:`NoGo` if none comes.
+
+    The catalog is loaded (its connection made) but not the table: a catalog caches the tables it loaded, and the
+    ``CALL`` must plan from the snapshot the writers left at the go.
+    """
+    spark.sql(f"SHOW NAMESPACES IN `{table.catalog}`").collect()
+    handshake = WorkHandshake(
+        _connector(gate), gate["table"], GateOwner(gate["dag_id"], gate["run_id"]), gate["attempt"]
+    )
+    print(f"Ready: waiting for the go on {table}", flush=True)
+    started = time.monotonic()
+    try:
+        look = await_go(handshake, float(gate["wait_for_go_seconds"]))
+    finally:
+        handshake.close()
+    print(f"Go on {table} after {time.monotonic() - started:.1f} s of waiting", flush=True)
+    return {**gate, "lease_seconds": int(look.lease_seconds or 0)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,7 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         secrets = read_job_secrets(args.job_secrets)
         apply_job_secrets(spark, secrets)
-        if secrets.get("gate"):
+        gate = secrets.get("gate")
+        if gate and gate.get("wait_for_go_seconds") is not None:
+            try:
+                gate = await_the_go(spark, table, gate)
+            except NoGo as no_go:  # nothing was called: the table is as it was
+                print(NO_GO_MARKER + str(no_go), flush=True)
+                return NO_GO_EXIT
+        if gate:
 
             def stop_the_work(reason: str) -> None:
                 print(LEASE_LOST_MARKER + reason, flush=True)
@@ -198,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 exit_soon.daemon = True  # a CALL that returns first ends the job normally
                 exit_soon.start()
 
-            keeper = lease_keeper(secrets["gate"], stop_the_work)
+            keeper = lease_keeper(gate, stop_the_work)
             keeper.start()  # raises LeaseLostError if the lease has ended: no CALL starts then
         for index, (call, statement, removes_dangling) in enumerate(calls):
             procedure = call.procedure

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 #: The name of a job's secrets file: a JSON object, mode 0600, that the job reads and then deletes. It carries
 #: secret Spark settings (a JDBC password, REST credentials, tokens and headers, S3 keys) under ``spark_conf``,
@@ -37,6 +37,10 @@ class GateOwnerSecrets(TypedDict):
     dag_id: str
     run_id: str
     lease_seconds: int
+    #: Pre-started work (``core/gate_work.py``): the run's attempt, and how long the job may wait for the go. Its
+    #: lease is then the gate's, read at the go (``lease_seconds`` is 0).
+    attempt: NotRequired[int]
+    wait_for_go_seconds: NotRequired[int]
 
 
 class JobSecrets(TypedDict, total=False):

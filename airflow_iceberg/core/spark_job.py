@@ -2,7 +2,8 @@
 
 - :class:`JobArguments`: the job's command line, the table and its :class:`ProcedureCall` list (no secret ever);
 - its secrets file, which the job reads and deletes, is typed in :mod:`airflow_iceberg.core.job_secrets`;
-- its result lines (:func:`format_result_line`) and the marker it prints when its run lost the gate;
+- its result lines (:func:`format_result_line`) and the markers it prints when its run lost the gate, or when a
+  pre-started job ended without the go;
 - how it removes the delete files a rewrite left dangling (:func:`split_dangling_removal`, :func:`until_it_wins`).
 """
 
@@ -23,6 +24,10 @@ RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
 
 #: The line prefix the Spark job prints behind the reason it stopped: its run no longer holds the write gate.
 LEASE_LOST_MARKER = "AIRFLOW_ICEBERG_LEASE_LOST "
+
+
+#: The line prefix a pre-started job prints behind the reason it ended without a ``CALL``: no go came.
+NO_GO_MARKER = "AIRFLOW_ICEBERG_NO_GO "
 
 
 @dataclass(frozen=True)

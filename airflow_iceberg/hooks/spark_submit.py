@@ -44,7 +44,7 @@ defer_kubernetes_client()  # before the Spark provider's hook module, which impo
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
 
 from airflow_iceberg.core.processes import die_with_parent  # noqa: E402
-from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, parse_result_line  # noqa: E402
+from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, NO_GO_MARKER, parse_result_line  # noqa: E402
 
 #: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
 #: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
@@ -62,7 +62,8 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     holds each procedure's row by name, in the order they came, and :attr:`result` the last row seen, or None
     (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
     holds the first line that reports an Iceberg commit conflict, or None; :attr:`lease_lost` the reason the
-    job gave for stopping because its run lost the write gate, or None. The hook still processes and logs
+    job gave for stopping because its run lost the write gate, or None; :attr:`no_go` the reason a pre-started job
+    gave for ending without a ``CALL``, or None. The hook still processes and logs
     every line itself (application ids, driver ids, the log tail of a failure).
 
     spark-submit runs with Linux's parent-death signal set to SIGKILL: when the Airflow task's process dies
@@ -91,6 +92,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         self.results: dict[str, dict[str, Any]] = {}
         self.commit_conflict: str | None = None
         self.lease_lost: str | None = None
+        self.no_go: str | None = None
         if logger_name is not None:
             self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
 
@@ -126,6 +128,8 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
                     self.commit_conflict = line
                 if LEASE_LOST_MARKER in line:
                     self.lease_lost = line.split(LEASE_LOST_MARKER, 1)[1]
+                if NO_GO_MARKER in line:
+                    self.no_go = line.split(NO_GO_MARKER, 1)[1]
                 if self.on_line is not None:
                     self.on_line(line)
 

@@ -15,6 +15,7 @@ The tables are defined in ``write_gate.sql`` and created or upgraded by ``airflo
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork, summary
 from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID, owner_connection
 from airflow_iceberg.core.gate_state import GateOwner, GateState
 from airflow_iceberg.core.gate_store import CloseAttempt, Closing, GateLease, GateStore
+from airflow_iceberg.core.gate_work import WorkHandshake
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.spark_slots import SparkSlotQueue, SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
@@ -36,10 +38,36 @@ from airflow_iceberg.hooks.run_records import RunRecords
 _UNREACHABLE = {2003, 2005, 2006, 2013}
 _LOGIN_REFUSED = {1044, 1045}
 
+log = logging.getLogger(__name__)
+
 
 def run_owner(context: Mapping[str, Any]) -> GateOwner:
     """The gate owner for the DAG run that ``context`` belongs to."""
     return GateOwner(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+
+
+def run_attempt(context: Mapping[str, Any]) -> int:
+    """The attempt of the DAG run that ``context`` belongs to: its clear number (a cleared run starts anew)."""
+    return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
+
+
+def stop_work_if_final(
+    handshake: WorkHandshake | None, context: Mapping[str, Any], retries: int | None, error: BaseException, who: str
+) -> None:
+    """A task of a run with pre-started work failed: if no try of it follows (a failure that is not retried, or its
+    last try), tell the work to end without working, naming ``who`` and why. Best effort: the work ends anyway
+    when the gate's lease runs out, or at its own deadline."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+
+    final = isinstance(error, AirflowFailException | AirflowSensorTimeout)
+    if handshake is None or not (final or int(context["ti"].try_number or 1) > int(retries or 0)):
+        return
+    try:
+        handshake.stop(f"{who} failed: {error}")
+    except Exception as unsaid:  # MySQL away: the work's own deadlines end it
+        log.warning("could not tell the work on %s to stop: %s", handshake.table, unsaid)
+    finally:
+        handshake.close()
 
 
 class WriteGateHook(BaseHook):
@@ -146,6 +174,11 @@ class WriteGateHook(BaseHook):
         """``owner``'s lease on the gate of ``table``, for a :class:`LeaseKeeper` that renews it while work runs."""
         settings = self.connection_settings()
         return GateLease(str(TableName.of(table)), owner.dag_id, owner.run_id, lambda: owner_connection(**settings))
+
+    def handshake(self, table: TableName | str, owner: GateOwner, attempt: int) -> WorkHandshake:
+        """The handshake of ``owner``'s attempt with the work it pre-started on ``table`` (``core/gate_work.py``)."""
+        settings = self.connection_settings()
+        return WorkHandshake(lambda: owner_connection(**settings), str(TableName.of(table)), owner, attempt)
 
     def owner_settings(self, table: TableName | str, owner: GateOwner, lease_seconds: int) -> GateOwnerSecrets:
         """What a Spark job needs to renew ``owner``'s lease of ``lease_seconds`` itself (``LeaseKeeper``): the

@@ -138,3 +138,16 @@ ALTER TABLE iceberg_write_gate
 
 ALTER TABLE iceberg_compaction_run
     ADD COLUMN writers TEXT NULL COMMENT 'JSON: each writer, whether the run paused it, and why';
+
+-- version 10: a run's rewrite starts its Spark application before the gate closes, and begins at the idle wait's go
+CREATE TABLE IF NOT EXISTS iceberg_gate_work (
+    table_name   VARCHAR(400)  NOT NULL COMMENT 'catalog.namespace.table',
+    owner_dag_id VARCHAR(250)  NOT NULL COMMENT 'the run whose work it is',
+    owner_run_id VARCHAR(250)  NOT NULL,
+    attempt      INT           NOT NULL COMMENT 'the run''s clear number: a cleared run starts anew',
+    ready_at     TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'the work (a Spark application) is up, waiting for the go',
+    seen_at      TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'it last said it is alive; the gate closes only for live work',
+    go_at        TIMESTAMP(6)  NULL DEFAULT NULL COMMENT 'the writers that must pause are done: the work may begin',
+    stop_reason  VARCHAR(1000) NULL COMMENT 'the run gave up before the go: the work ends without working',
+    PRIMARY KEY (owner_dag_id, owner_run_id, attempt)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

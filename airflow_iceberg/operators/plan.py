@@ -291,11 +291,19 @@ class RecordRunOperator(BaseOperator):
         ti = context["ti"]
         owner = run_owner(context)
         states = ti.get_task_states(dag_id=owner.dag_id, run_ids=[owner.run_id]).get(owner.run_id, {})
-        rewrite = self.dag.get_task(self.rewrite_task_id)
-        steps = rewrite.get_flat_relative_ids(upstream=True) | {self.rewrite_task_id}
+        # The steps before the gate opens: upstream of the rewrite and, with a pre-started rewrite that runs beside
+        # the gate's tasks, upstream of the gate's teardown too.
+        steps = {self.rewrite_task_id}
+        for task_id in (self.rewrite_task_id, *self.dag.get_task(self.rewrite_task_id).downstream_task_ids):
+            if task_id != self.task_id:
+                steps |= self.dag.get_task(task_id).get_flat_relative_ids(upstream=True)
+        steps -= {self.task_id, *(t for t in steps if self.dag.get_task(t).is_teardown)}
         failed = sorted(task_id for task_id in steps if states.get(task_id) == "failed")
-        if not failed:
-            return f"{self.rewrite_task_id} ended {states.get(self.rewrite_task_id) or 'without a state'}"
-        why = ti.xcom_pull(task_ids=failed[0], key=FAILURE_XCOM_KEY) if len(failed) == 1 else None
-        ran = "" if self.rewrite_task_id in failed else f", so {self.rewrite_task_id} did not run"
-        return f"{', '.join(failed)} failed{ran}: {why or 'see its log'}"
+        # A gate's task that failed first: the rewrite did not run its CALLs (a pre-started one ended without the go).
+        before = [task_id for task_id in failed if task_id != self.rewrite_task_id]
+        if before:
+            why = ti.xcom_pull(task_ids=before[0], key=FAILURE_XCOM_KEY) if len(before) == 1 else None
+            return f"{', '.join(before)} failed, so {self.rewrite_task_id} did not run: {why or 'see its log'}"
+        if failed:
+            return f"{self.rewrite_task_id} failed: see its log"
+        return f"{self.rewrite_task_id} ended {states.get(self.rewrite_task_id) or 'without a state'}"

@@ -3,8 +3,9 @@ maintenance operators."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ defer_kubernetes_client()  # before the Spark provider's operator (the hook modu
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator  # noqa: E402
 from airflow.sdk import Context  # noqa: E402
-from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException  # noqa: E402
+from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundException, AirflowSkipException  # noqa: E402
 
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
+from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_go  # noqa: E402
 from airflow_iceberg.core.iceberg_runtime import check_options, runtime_of  # noqa: E402
 from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE, JobSecrets, job_secrets_file  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
@@ -26,7 +28,7 @@ from airflow_iceberg.core.procedures import checked_procedure, normalize_argumen
 from airflow_iceberg.core.spark_job import JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.catalogs import spark_settings_for_connection  # noqa: E402
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner  # noqa: E402
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()
@@ -70,6 +72,10 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         ``{"expire_snapshots": {"older_than": "2026-11-20 00:00:00"}}``.
     :param iceberg_conn_id: Iceberg connection of the table's catalog; defaults to the catalog's name.
     :param write_gate_conn_id: If set, check that this run holds the gate before submitting.
+    :param wait_for_go_seconds: Pre-start the work (with ``write_gate_conn_id``): submit the job before the gate
+        closes, as the gate's ``close_gate`` waits for it; the job builds its session, says it is ready, and begins
+        at the idle wait's go, waiting at most this long for it (``core/gate_work.py``). The lease is renewed from
+        the go on, by the job and by this task. None: the gate is closed already, and the job begins at once.
     :param iceberg_version: Iceberg's version in the job's Spark (e.g. ``1.5.2``), when neither ``jars`` nor
         ``packages`` name an ``iceberg-spark-runtime``: an option that version lacks is refused here, naming it.
     :param kwargs: Passed to :class:`SparkSubmitOperator` (``conn_id``, ``jars``, ``packages``, ``conf``, ...).
@@ -86,10 +92,16 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         arguments: Mapping[str, Mapping[str, Any]] | None = None,
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str | None = None,
+        wait_for_go_seconds: int | None = None,
         iceberg_version: str | None = None,
         **kwargs: Any,
     ) -> None:
         name = TableName.of(table)
+        if wait_for_go_seconds is not None and (not write_gate_conn_id or wait_for_go_seconds <= 0):
+            raise ValueError(
+                f"wait_for_go_seconds ({wait_for_go_seconds!r}) needs a write_gate_conn_id and a positive number: "
+                "the work waits for its gate's go"
+            )
         self.check_procedures(procedures, options=options, arguments=arguments)
         listed = {key: str(kwargs.get(key) or "").split(",") for key in ("packages", "jars")}
         self.iceberg_runtime = runtime_of(listed["packages"], listed["jars"], iceberg_version)
@@ -105,9 +117,11 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self.arguments = {p: dict(a) for p, a in (arguments or {}).items()}
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
+        self.wait_for_go_seconds = wait_for_go_seconds
         self._declared_files = self.files
         self._result_hook: IcebergSparkSubmitHook | None = None
         self._lease_lost: str | None = None
+        self._went_at: float | None = None  # pre-started: when this task saw the go (monotonic)
 
     @staticmethod
     def check_procedures(procedures: Sequence[str], **by_procedure: Mapping[str, Any] | None) -> None:
@@ -138,28 +152,63 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         """After the job succeeded, with its result rows by procedure: raise to fail the task on what they say."""
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
+        handshake = self._handshake(context)
+        try:
+            return self._execute(context, handshake)
+        except AirflowSkipException as skipped:
+            if handshake is not None:
+                handshake.stop(f"{self.task_id} was skipped: {skipped}")
+            raise
+        except Exception as error:
+            # Pre-started work that will not run again says so, or close_gate would wait for it to be ready.
+            if handshake is not None and self._last_try(context):
+                handshake.stop(f"{self.task_id} ended before its CALLs: {error}")
+            raise
+        finally:
+            if handshake is not None:
+                handshake.close()
+
+    def _handshake(self, context: Context) -> WorkHandshake | None:
+        if self.wait_for_go_seconds is None or not self.write_gate_conn_id:
+            return None
+        return WriteGateHook(self.write_gate_conn_id).handshake(self.table, run_owner(context), run_attempt(context))
+
+    def _last_try(self, context: Context) -> bool:
+        return int(context["ti"].try_number or 1) > int(self.retries or 0)
+
+    def _execute(self, context: Context, handshake: WorkHandshake | None) -> dict[str, Any] | None:
         name = self.table
         calls = self._calls(context)
         started = time.monotonic()
         cluster = self._in_cluster_deploy_mode()
         self._hook = None  # built anew from this try's settings (a retry in the same process keeps none)
         self._lease_lost = None
+        self._went_at = None
         secrets: JobSecrets = {}
-        keeper = None
+        keeper = watch = None
         if self.write_gate_conn_id:
             gate = WriteGateHook(self.write_gate_conn_id)
             owner = run_owner(context)
-            try:
-                held = gate.renew_lease(name, owner)
-            except LeaseLostError as error:
-                raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
-            if held.lease_seconds is None:  # a gate this run holds has a lease
-                raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
-            secrets["gate"] = gate.owner_settings(name, owner, held.lease_seconds)
-            # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
-            keeper = LeaseKeeper.for_lease(
-                gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning
-            )
+            if handshake is not None:
+                # Pre-started: the gate is not closed yet. The job and this task renew the lease from the go on.
+                secrets["gate"] = {
+                    **gate.owner_settings(name, owner, 0),
+                    "attempt": handshake.attempt,
+                    "wait_for_go_seconds": self.wait_for_go_seconds,  # type: ignore[typeddict-item]
+                }
+                watch = _GoWatch(handshake.copy(), float(self.wait_for_go_seconds or 0), self._went, self.log.info)
+            else:
+                try:
+                    held = gate.renew_lease(name, owner)
+                except LeaseLostError as error:
+                    raise AirflowFailException(str(error)) from None  # a retry would not get the gate back
+                if held.lease_seconds is None:  # a gate this run holds has a lease
+                    raise AirflowFailException(f"the write gate of {name} has no lease after its renewal")
+                secrets["gate"] = gate.owner_settings(name, owner, held.lease_seconds)
+                # The task renews too, from spark-submit's start (a JVM, a YARN container) until the job ends.
+                keeper = LeaseKeeper.for_lease(
+                    gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning
+                )
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         secrets.update(catalog.job_secrets)
         # Set after template rendering on purpose: neither the catalog settings nor the secrets are rendered.
@@ -171,12 +220,16 @@ class IcebergProcedureOperator(SparkSubmitOperator):
             try:
                 if keeper is not None:
                     keeper.start()
+                if watch is not None:
+                    watch.start()
                 super().execute(context)
             except Exception as error:
                 raise self._failure(error) from error
             finally:
                 if keeper is not None:
                     keeper.stop()
+                if watch is not None:
+                    watch.stop()
         hook = self._result_hook
         results = dict(hook.results) if hook is not None else {}
         if not results:
@@ -184,10 +237,23 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         for procedure, result in results.items():
             self.log.info("%s on %s: %s", procedure, name, result)
         self._check_results(context, results)
-        context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - started, 3))
+        # Pre-started, the work's time counts from the go: the wait before it was the writers', not the rewrite's.
+        began = self._went_at if self._went_at is not None else started
+        context["ti"].xcom_push(key="seconds", value=round(time.monotonic() - began, 3))
         for outlet in self.outlets:  # the table's asset event carries what each procedure did
             context["outlet_events"][outlet].extra = {"procedures": results}  # type: ignore[dict-item]  # JSON rows
         return results or None
+
+    def _went(self, look: Any) -> LeaseKeeper:
+        """The go came (seen by this task's watch): keep the lease from here on, as the job does."""
+        self._went_at = time.monotonic()
+        assert self.write_gate_conn_id is not None
+        gate = WriteGateHook(self.write_gate_conn_id)
+        keeper = LeaseKeeper.for_lease(
+            gate.lease(self.table, look.owner), float(look.lease_seconds or 0), self._stop_spark, log=self.log.warning
+        )
+        keeper.start()
+        return keeper
 
     def _stop_spark(self, reason: str) -> None:
         """The task's lease keeper lost the gate: end spark-submit (the job, if started, stops on its own too)."""
@@ -200,6 +266,8 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         hook = self._result_hook
         what = f"{', '.join(self.procedures)} on {self.table}"
         done = f" ({', '.join(hook.results)} had completed and committed)" if hook is not None and hook.results else ""
+        if hook is not None and hook.no_go is not None:
+            return AirflowFailException(f"{what} did not run: {hook.no_go}. No CALL ran; the table is as it was{done}.")
         lost = (
             (hook.lease_lost if hook is not None else None)
             or self._lease_lost
@@ -254,3 +322,47 @@ class IcebergProcedureOperator(SparkSubmitOperator):
             self.py_files = ",".join(filter(None, (core, self.py_files)))
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook
+
+
+class _GoWatch:
+    """The task's side of pre-started work: watch for the go in a daemon thread (as the job does, without saying it
+    is alive), then keep the run's lease from the go until the job ends (``went`` returns the keeper).
+    A stop or no go ends the watch; the job ends by itself then, having called nothing."""
+
+    def __init__(
+        self,
+        handshake: WorkHandshake,
+        timeout: float,
+        went: Callable[[Any], LeaseKeeper],
+        log: Callable[[str], None],
+    ) -> None:
+        self._handshake = handshake
+        self._timeout = timeout
+        self._went = went
+        self._log = log
+        self._stopped = threading.Event()
+        self._keeper: LeaseKeeper | None = None
+        self._thread = threading.Thread(target=self._run, name="gate-go-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stopped.wait(seconds):
+            raise NoGo("the job ended")
+
+    def _run(self) -> None:
+        try:
+            look = await_go(self._handshake, self._timeout, sleep=self._sleep, say_alive=False, log=self._log)
+        except NoGo as no_go:
+            self._log(f"no go: {no_go}")
+            return
+        if not self._stopped.is_set():
+            self._log("go: the writers that must pause are done")
+            self._keeper = self._went(look)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        if self._keeper is not None:
+            self._keeper.stop()

@@ -8,14 +8,16 @@ from dataclasses import replace
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, TriggerRule
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_iceberg.core.conflicts import UNDESCRIBED, GuardedWork
 from airflow_iceberg.core.gate_state import check_lease_seconds
 from airflow_iceberg.core.gate_store import Closing
+from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_ready
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import GateBusyError, SparkSlotsBusyError
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, stop_work_if_final
 
 #: ``pause_writers``'s values: the writers that can conflict with the run's work, or every writer.
 PAUSE_WRITERS = ("conflicting", "all")
@@ -51,6 +53,10 @@ class CloseWriteGateOperator(BaseOperator):
         with it (``core/conflicts.py``), and without it every writer.
     :param pause_writers: ``conflicting`` (the default): pause only the writers that can conflict with the run's
         work; ``all``: every writer, as before the gate knew what writers commit.
+    :param work_ready_seconds: The run's rewrite is pre-started (``IcebergRewriteOperator`` with
+        ``wait_for_go_seconds``): close only once its Spark application is up, ready and alive, waiting at most this
+        long for it (``core/gate_work.py``), so that writers never pause while Spark starts. A failure of this task
+        that is not retried tells that work to end without working. None: nothing is pre-started.
     :param deferrable: Wait for a held gate or a Spark slot in the triggerer (``CloseGateTrigger``), holding no
         worker meanwhile: with ``spark_slots``, a burst of runs waiting in their workers could take every worker,
         and the runs that got a slot could then not go on. A gate closed at the first look closes in the worker.
@@ -72,10 +78,13 @@ class CloseWriteGateOperator(BaseOperator):
         spark_slots: int | None = None,
         plan_task_id: str | None = None,
         pause_writers: str = "conflicting",
+        work_ready_seconds: int | None = None,
         deferrable: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if work_ready_seconds is not None and work_ready_seconds <= 0:
+            raise ValueError(f"work_ready_seconds must be positive, got {work_ready_seconds!r}")
         if pause_writers not in PAUSE_WRITERS:
             raise ValueError(f"pause_writers must be one of {', '.join(PAUSE_WRITERS)}, got {pause_writers!r}")
         check_lease_seconds(lease_seconds)
@@ -99,6 +108,7 @@ class CloseWriteGateOperator(BaseOperator):
         self.spark_slots = spark_slots
         self.plan_task_id = plan_task_id
         self.pause_writers = pause_writers
+        self.work_ready_seconds = work_ready_seconds
         self.deferrable = deferrable
 
     def _plan(self, context: Context) -> dict[str, Any]:
@@ -120,7 +130,31 @@ class CloseWriteGateOperator(BaseOperator):
         patience = max(60, math.ceil(3 * self.poke_interval))
         return SparkSlotRequest(self.spark_conn_id, self.spark_slots, score, patience)  # type: ignore[arg-type]
 
+    def _handshake(self, context: Context | Mapping[str, Any]) -> WorkHandshake | None:
+        if self.work_ready_seconds is None:
+            return None
+        return WriteGateHook(self.write_gate_conn_id).handshake(self.table, run_owner(context), run_attempt(context))
+
     def execute(self, context: Context) -> dict[str, str]:
+        handshake = self._handshake(context)
+        try:
+            if handshake is not None:
+                try:
+                    ready = await_ready(handshake, self.work_ready_seconds)  # type: ignore[arg-type]  # set
+                except NoGo as no_go:
+                    raise AirflowFailException(f"{no_go}; the gate of {self.table} was not closed") from None
+                finally:
+                    handshake.close()
+                self.log.info("The rewrite's Spark application is ready (since %s): closing", ready.ready_at)
+            return self._close(context)
+        except Exception as error:
+            from airflow.sdk.exceptions import TaskDeferred
+
+            if not isinstance(error, TaskDeferred):
+                stop_work_if_final(handshake, context, self.retries, error, self.task_id)
+            raise
+
+    def _close(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
         owner = run_owner(context)
         plan = self._plan(context)
@@ -160,6 +194,13 @@ class CloseWriteGateOperator(BaseOperator):
 
     def execute_complete(self, context: Context | Mapping[str, Any], event: dict[str, Any]) -> dict[str, str]:
         """The gate closed (in the triggerer, or at the first look), or why the wait gave up."""
+        try:
+            return self._closed(event)
+        except Exception as error:
+            stop_work_if_final(self._handshake(context), context, self.retries, error, self.task_id)
+            raise
+
+    def _closed(self, event: dict[str, Any]) -> dict[str, str]:
         if not event.get("closed"):
             error = {"SparkSlotsBusyError": SparkSlotsBusyError, "WriteGateHeldError": GateBusyError}.get(
                 event.get("error", ""), RuntimeError
@@ -177,6 +218,8 @@ class OpenWriteGateOperator(BaseOperator):
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param write_gate_conn_id: Connection of the gate's MySQL database.
+    :param prestarted_work: The run pre-started its rewrite (``core/gate_work.py``): remove the run's handshake rows
+        once the gate is open.
     """
 
     template_fields: Sequence[str] = ()
@@ -188,12 +231,24 @@ class OpenWriteGateOperator(BaseOperator):
         table: TableName | str,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
         trigger_rule: str = TriggerRule.ALL_DONE,
+        prestarted_work: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(trigger_rule=trigger_rule, **kwargs)
         self.table = TableName.of(table)
         self.write_gate_conn_id = write_gate_conn_id
+        self.prestarted_work = prestarted_work
 
     def execute(self, context: Context) -> dict[str, Any]:
-        opened, state = WriteGateHook(self.write_gate_conn_id).open_gate(self.table, run_owner(context))
+        hook = WriteGateHook(self.write_gate_conn_id)
+        owner = run_owner(context)
+        opened, state = hook.open_gate(self.table, owner)
+        if self.prestarted_work:
+            handshake = hook.handshake(self.table, owner, run_attempt(context))
+            try:
+                handshake.done()
+            except Exception as error:  # the gate is open: a leftover row misleads nobody
+                self.log.warning("could not remove the handshake rows of %s: %s", owner, error)
+            finally:
+                handshake.close()
         return {"table": str(self.table), "opened": opened, "state": state.state}

@@ -16,7 +16,7 @@ from airflow_iceberg.core.idle import IdleCheck, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, stop_work_if_final
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 #: The least time a look gets, even when the sensor's timeout has (all but) run out: in reschedule mode each poke is
@@ -47,6 +47,8 @@ class SnapshotIdleSensor(BaseSensorOperator):
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     :param deferrable: Wait in the triggerer instead of a worker slot (default: Airflow's
         ``[operators] default_deferrable``).
+    :param prestarted_work: The run's rewrite is pre-started and waits for this sensor (``core/gate_work.py``): give
+        it the go once the writers are done; a failure that is not retried tells it to end without working.
     """
 
     template_fields: Sequence[str] = ()
@@ -59,6 +61,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         iceberg_conn_id: str | None = None,
         write_gate_conn_id: str = WriteGateHook.default_conn_name,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        prestarted_work: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -70,6 +73,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         self.iceberg_conn_id = iceberg_conn_id or name.catalog
         self.write_gate_conn_id = write_gate_conn_id
         self.deferrable = deferrable
+        self.prestarted_work = prestarted_work
         self._ends_at: float | None = None  # when this wait's timeout runs out (monotonic), set by execute
         self._last_check: IdleCheck | None = None  # the last look that finished, for a timeout's message
 
@@ -139,8 +143,34 @@ class SnapshotIdleSensor(BaseSensorOperator):
         return time.monotonic() - max(waited, 0.0)
 
     def execute(self, context: Context) -> Any:
-        with self._telling_the_record(context):
+        with self._telling_the_work(context), self._telling_the_record(context):
             return self._wait(context)
+
+    @contextmanager
+    def _telling_the_work(self, context: Context) -> Iterator[None]:
+        """Pre-started work hears the outcome: the go once the wait is done, a stop when it failed for good. A
+        reschedule or a deferral is neither."""
+        from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
+
+        if not self.prestarted_work:
+            yield
+            return
+        handshake = WriteGateHook(self.write_gate_conn_id).handshake(
+            self.table, run_owner(context), run_attempt(context)
+        )
+        try:
+            yield
+        except (AirflowRescheduleException, TaskDeferred):
+            handshake.close()
+            raise
+        except Exception as error:
+            stop_work_if_final(handshake, context, self.retries, error, self.task_id)
+            raise
+        try:
+            handshake.go()
+            self.log.info("%s: gave the rewrite the go", self.table)
+        finally:
+            handshake.close()
 
     @contextmanager
     def _telling_the_record(self, context: Context) -> Iterator[None]:
@@ -183,6 +213,10 @@ class SnapshotIdleSensor(BaseSensorOperator):
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        with self._telling_the_work(context):
+            return self._completed(context, event)
+
+    def _completed(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         if event.get("status") == "not_held":
             raise AirflowFailException(event.get("message"))
         if event.get("status") == "timeout":  # the trigger's last look said why

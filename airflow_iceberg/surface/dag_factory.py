@@ -76,6 +76,11 @@ RETRIES: dict[str, dict[str, Any]] = {
 }
 
 
+#: How long close_gate waits for the run's pre-started Spark application to be up and ready before it gives up, with
+#: the gate never closed: a YARN or Kubernetes application may wait minutes for its containers on a busy cluster.
+WORK_READY_SECONDS = 600
+
+
 #: What the daily full rewrite adds to rewriting every data file: removing the delete files that then apply to
 #: nothing (on an Iceberg that can: 1.7 and later).
 FULL_FOLDING = {"remove-dangling-deletes": True}
@@ -121,12 +126,21 @@ def _gated_rewrites(
     *,
     full: bool,
 ):
-    """check_run_params >> plan_compaction >> close_gate >> wait_until_snapshot_idle >> rewrite_files >> open_gate.
+    """check_run_params >> plan_compaction >> [close_gate >> wait_until_snapshot_idle, rewrite_files] >> open_gate.
 
     ``check_run_params`` validates a manual run's Params and renders each rewrite's predicate; ``plan_compaction``
     reads the table's health and ends the run there (skipping everything after it, teardowns included) on a dry
     run or when nothing needs work. ``rewrite_files`` runs the rewrites the plan gives a predicate, each with
-    that predicate, one after another in one Spark application: the pause pays for one Spark start-up.
+    that predicate, one after another in one Spark application.
+
+    With ``prestart_spark``, the Spark application is pre-started (``core/gate_work.py``): ``rewrite_files`` starts
+    beside ``close_gate``,
+    which closes only once the application is up and ready, and its job begins its ``CALL`` statements at the go that
+    ``wait_until_snapshot_idle`` gives, with no scheduler round trip and no Spark start-up inside the pause. With
+    ``spark_slots`` it is not: the slots order who closes first, and applications waiting for a slot would hold the
+    cluster the slots share out. Without it the rewrite starts after the idle wait, one task after another, as
+    ``airflow dags test`` and ``dag.test()`` need: they run a run's tasks one at a time, and a pre-started rewrite
+    would wait there for a go that no task could give.
 
     ``open_gate`` is the teardown of ``close_gate``: it runs whatever the rewrites did, and, being a teardown,
     does not decide the run's state, so a failed rewrite leaves the run failed and the gate open. ``record_run``,
@@ -135,6 +149,8 @@ def _gated_rewrites(
     only if the rewrites succeeded.
     """
     table, gate_conn = config.table, config.write_gate_conn_id
+    prestart = config.prestart_spark and config.spark_slots is None
+    wait_for_go = WORK_READY_SECONDS + config.gate_wait_seconds + config.max_pause_seconds
     check = CheckRunParamsOperator(
         task_id="check_run_params",
         table=table,
@@ -174,6 +190,7 @@ def _gated_rewrites(
         spark_slots=config.spark_slots,
         plan_task_id=plan.task_id,
         pause_writers=config.pause_writers,
+        work_ready_seconds=WORK_READY_SECONDS if prestart else None,
         # With Spark slots, runs queue for them: waiting in workers, a burst would take every worker.
         deferrable=config.deferrable or config.spark_slots is not None,
         doc_md=docs.close_gate(config),
@@ -189,6 +206,7 @@ def _gated_rewrites(
         mode="poke" if config.deferrable else "reschedule",
         poke_interval=config.poke_interval,
         timeout=config.max_pause_seconds // 2,
+        prestarted_work=prestart,
         doc_md=docs.wait_until_snapshot_idle(config),
         **RETRIES["gate"],
     )
@@ -202,7 +220,8 @@ def _gated_rewrites(
         apply_run_params=True,
         plan_task_id=plan.task_id,  # the one source of each CALL's predicate: the table's, narrowed by the plan
         outlets=[table_asset(table)],
-        execution_timeout=timedelta(seconds=config.max_pause_seconds),
+        wait_for_go_seconds=wait_for_go if prestart else None,
+        execution_timeout=timedelta(seconds=config.max_pause_seconds + (wait_for_go if prestart else 0)),
         doc_md=docs.rewrite_files(config, full),
         **RETRIES["rewrite"],
         **_spark_args(config),
@@ -211,6 +230,7 @@ def _gated_rewrites(
         task_id="open_gate",
         table=table,
         write_gate_conn_id=gate_conn,
+        prestarted_work=prestart,
         doc_md=docs.open_gate(config),
         **RETRIES["open"],
     )
@@ -225,7 +245,12 @@ def _gated_rewrites(
         **RETRIES["check"],
     )
     _add(dag, [check, plan, close_gate, wait, rewrite, open_gate, record])
-    chain(check, plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
+    if prestart:
+        chain(check, plan, close_gate, wait)
+        plan >> rewrite
+        [wait, rewrite] >> open_gate.as_teardown(setups=close_gate)
+    else:
+        chain(check, plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
     open_gate >> record.as_teardown(setups=plan)
     return open_gate, rewrite
 

@@ -323,6 +323,12 @@ class TableConfig(BaseModel):
         default=900, ge=0, description="How long close_gate waits for a held gate or a Spark slot"
     )
     deferrable: bool = Field(default=False, description="Wait for the writer in the triggerer")
+    prestart_spark: bool = Field(
+        default=False,
+        description="Start the rewrite's Spark application beside close_gate, which closes once it is ready; it "
+        "begins at the idle wait's go, so neither Spark's start-up nor a scheduler round trip is inside the pause. "
+        "Needs an executor that runs a run's tasks at once (not `airflow dags test`); not with spark_slots",
+    )
     pause_writers: Literal["conflicting", "all"] = Field(
         default="conflicting",
         description="Which writers a compaction pauses: `conflicting`, those whose commits can conflict with its "

@@ -7,7 +7,7 @@ from airflow.sdk import TriggerRule
 from pydantic import ValidationError
 
 from airflow_iceberg.planning.health import HealthThresholds
-from airflow_iceberg.surface.dag_factory import build_compaction_dag, build_full_rewrite_dag
+from airflow_iceberg.surface.dag_factory import WORK_READY_SECONDS, build_compaction_dag, build_full_rewrite_dag
 from airflow_iceberg.table_list.schema import TableConfig
 
 CHAIN = [
@@ -28,10 +28,32 @@ def make_dag(**settings):
 def test_dag_id_and_chain_follow_the_table():
     dag = make_dag()
     assert dag.dag_id == "iceberg_compact__lake__sales__orders"
-    assert [t.task_id for t in dag.topological_sort()] == CHAIN
+    assert set(dag.task_ids) == set(CHAIN)
+    assert dag.max_active_runs == 1
+
+
+def test_a_prestarted_rewrite_starts_beside_the_gate_and_the_gate_opens_after_both():
+    dag = make_dag(prestart_spark=True)
+    assert dag.get_task("rewrite_files").upstream_task_ids == {"plan_compaction"}
+    assert dag.get_task("close_gate").upstream_task_ids == {"plan_compaction"}
+    assert dag.get_task("wait_until_snapshot_idle").upstream_task_ids == {"close_gate"}
+    assert dag.get_task("open_gate").upstream_task_ids == {"close_gate", "wait_until_snapshot_idle", "rewrite_files"}
+    # The handshake that lets the pre-started application begin at the go, and only then.
+    assert dag.get_task("close_gate").work_ready_seconds is not None
+    assert dag.get_task("wait_until_snapshot_idle").prestarted_work
+    assert dag.get_task("rewrite_files").wait_for_go_seconds is not None
+    assert dag.get_task("open_gate").prestarted_work
+
+
+@pytest.mark.parametrize("settings", [{}, {"prestart_spark": True, "spark_slots": 2}])
+def test_otherwise_the_rewrite_follows_the_idle_wait_one_task_after_another(settings):
+    dag = make_dag(**settings)
     for upstream, downstream in zip(CHAIN, CHAIN[1:], strict=False):
         assert downstream in dag.get_task(upstream).downstream_task_ids
-    assert dag.max_active_runs == 1
+    assert [t.task_id for t in dag.topological_sort()] == CHAIN
+    assert dag.get_task("close_gate").work_ready_seconds is None
+    assert not dag.get_task("wait_until_snapshot_idle").prestarted_work
+    assert dag.get_task("rewrite_files").wait_for_go_seconds is None
 
 
 def test_open_gate_is_the_teardown_of_close_gate_so_it_always_runs_but_never_masks_a_failure():
@@ -115,6 +137,7 @@ def test_table_settings_reach_the_tasks():
         iceberg_conn_id="lake_catalog",
         write_gate_conn_id="gate_prod",
         spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"]},
+        prestart_spark=True,
     )
     close, wait = dag.get_task("close_gate"), dag.get_task("wait_until_snapshot_idle")
     rewrite = dag.get_task("rewrite_files")
@@ -123,7 +146,10 @@ def test_table_settings_reach_the_tasks():
     assert wait.poke_interval == 3
     assert (wait.idle_seconds, wait.deferrable, wait.iceberg_conn_id) == (90, True, "lake_catalog")
     assert wait.timeout == 1200  # half the longest pause, leaving the rest for the rewrites
-    assert rewrite.execution_timeout.total_seconds() == 2400  # the job also stops itself at the pause's ceiling
+    # Pre-started, the job waits for the application's readiness, the gate and the go first (at most
+    # wait_for_go_seconds), then works at most the pause's ceiling; it stops itself there too.
+    assert rewrite.wait_for_go_seconds == WORK_READY_SECONDS + 120 + 2400
+    assert rewrite.execution_timeout.total_seconds() == rewrite.wait_for_go_seconds + 2400
     # Under the table's own options, the provider's: data files that carry deletes are rewritten, and the delete
     # files that then apply to nothing are removed; every position-delete file the run takes is rewritten.
     folding = {"delete-file-threshold": 1, "remove-dangling-deletes": True}

@@ -60,6 +60,12 @@ def what_failed(states: dict[str, str], failures: dict[str, str] | None = None) 
             {},
             "close_gate failed, so rewrite_files did not run: see its log",
         ),
+        # A pre-started rewrite fails too when the idle wait fails (it ended without the go): the wait is named.
+        (
+            {"close_gate": "success", "wait_until_snapshot_idle": "failed", "rewrite_files": "failed"},
+            {"wait_until_snapshot_idle": "the writers had not gone idle"},
+            "wait_until_snapshot_idle failed, so rewrite_files did not run: the writers had not gone idle",
+        ),
         ({"wait_until_snapshot_idle": "success", "rewrite_files": "failed"}, {}, "rewrite_files failed: see its log"),
         ({"wait_until_snapshot_idle": "success", "rewrite_files": "skipped"}, {}, "rewrite_files ended skipped"),
     ],

@@ -1,0 +1,124 @@
+"""A pre-started rewrite (``prestart_spark``) on a live Airflow, whose executor runs a run's tasks at once.
+
+``rewrite_files`` starts beside ``close_gate``: its Spark application comes up while writers still commit, says it
+is ready, and the gate closes only then; the job begins its ``CALL`` statements at the idle wait's go. A run whose
+idle wait fails before the go ends the application without a ``CALL``, and the gate opens.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
+
+from airflow_iceberg.core.gate_work import WORK_TABLE
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from devkit.writers import write_small_files
+
+
+def data_files(table: TableName) -> set[str]:
+    files = IcebergHook("lake").load_table(table.in_catalog).inspect.files().to_pylist()
+    return {entry["file_path"] for entry in files if entry["content"] == 0}
+
+
+def trigger(live_airflow, dag_id: str) -> str:
+    response = live_airflow.api(
+        "POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {"where": "ts >= '2000-01-01'"}}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["dag_run_id"]
+
+
+def logged_at(log: str, text: str) -> datetime:
+    """When the task log's first event holding ``text`` was logged."""
+    for line in log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and text in str(event.get("event", "")):
+            return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+    raise AssertionError(f"no event with {text!r} in the log:\n{log[-3000:]}")
+
+
+def handshake_rows(gate_hook, dag_id: str) -> list[dict]:
+    with gate_hook.store.transaction() as cursor:
+        cursor.execute(f"SELECT * FROM {WORK_TABLE} WHERE owner_dag_id = %s", (dag_id,))
+        return list(cursor.fetchall())
+
+
+def small_table(unique_name: str, table_config) -> TableName:
+    table = TableName.parse(f"lake.prestart.{unique_name}")
+    write_small_files(table_config(table), "--days", "2", "--commits", "3", "--files-per-commit", "3")
+    return table
+
+
+def test_the_application_is_up_before_the_gate_closes_and_begins_at_the_go(
+    unique_name, table_config, gate_hook, live_airflow
+):
+    table = small_table(unique_name, table_config)
+    before = data_files(table)
+    live_airflow.add_tables({"table": str(table), "prestart_spark": True, "full_rewrite": {"schedule": None}})
+    dag_id = compaction_dag_id(table)
+
+    run_id = trigger(live_airflow, dag_id)
+    run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
+
+    states = live_airflow.task_states(dag_id, run_id)
+    assert run["state"] == "success", states
+    assert set(states.values()) == {"success"}, states
+    after = data_files(table)
+    assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
+    log = live_airflow.task_log(dag_id, run_id, "rewrite_files")
+    ready = logged_at(log, "Ready: waiting for the go")
+    went = logged_at(log, "Go on ")
+    running = logged_at(log, "Running: CALL")
+    trail = gate_hook.audit_trail(table)
+    assert [row["action"] for row in trail] == ["close", "open"]
+    closed, opened = trail[0]["at"], trail[1]["at"]
+    # The Spark application's start-up was over before the gate closed; its CALLs began after the go.
+    assert ready < closed < went <= running < opened, (ready, closed, went, running, opened)
+    # Between the go and the first CALL there is no scheduler round trip and no Spark start-up.
+    assert (running - went).total_seconds() < 3, (went, running)
+    assert handshake_rows(gate_hook, dag_id) == [], "open_gate left the run's handshake rows"
+    assert gate_hook.get_state(table).state == "open"
+
+
+def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_call(
+    unique_name, table_config, gate_hook, gate_writer, live_airflow
+):
+    table = small_table(unique_name, table_config)
+    before = data_files(table)
+    # A writer mid-write (a batch DELETE, say) that never acknowledges: the idle wait times out after 10 s.
+    writer = gate_writer(str(table), writer_id="batch-delete")
+    live_airflow.add_tables(
+        {
+            "table": str(table),
+            "prestart_spark": True,
+            "lease_seconds": 10,
+            "max_pause_seconds": 20,
+            "full_rewrite": {"schedule": None},
+        }
+    )
+    dag_id = compaction_dag_id(table)
+
+    with writer.writing(lambda: None):
+        run_id = trigger(live_airflow, dag_id)
+        run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
+
+    states = live_airflow.task_states(dag_id, run_id)
+    assert run["state"] == "failed", states
+    assert states["wait_until_snapshot_idle"] == "failed", states
+    assert states["rewrite_files"] == "failed", states
+    assert states["open_gate"] == "success", states
+    log = live_airflow.task_log(dag_id, run_id, "rewrite_files")
+    assert "Ready: waiting for the go" in log, log[-3000:]
+    # Ended at the wait's stop, or when the lease the wait no longer renewed ran out, whichever it saw first.
+    assert "did not run: " in log and "No CALL ran" in log, log[-3000:]
+    assert "wait_until_snapshot_idle failed" in log or "its lease ended before the go" in log, log[-3000:]
+    assert "Running: CALL" not in log
+    assert data_files(table) == before, "a CALL ran"
+    assert [row["action"] for row in gate_hook.audit_trail(table)] == ["close", "open"]
+    assert gate_hook.get_state(table).state == "open"
