@@ -78,6 +78,13 @@ def test_the_application_is_up_before_the_gate_closes_and_begins_at_the_go(
     trail = gate_hook.audit_trail(table)
     assert [row["action"] for row in trail] == ["close", "open"]
     closed, opened = trail[0]["at"], trail[1]["at"]
+    wait_log = live_airflow.task_log(dag_id, run_id, "wait_until_snapshot_idle")
+    print(
+        f"ready {ready.time()}, closed {closed.time()}, go {went.time()}, first CALL {running.time()}, "
+        f"opened {opened.time()}: paused {(opened - closed).total_seconds():.1f} s, of which "
+        f"{(went - closed).total_seconds():.1f} s before the go"
+    )
+    print("\n".join(line for line in wait_log.splitlines() if "idle for" in line or "gave the rewrite" in line))
     # The Spark application's start-up was over before the gate closed; its CALLs began after the go.
     assert ready < closed < went <= running < opened, (ready, closed, went, running, opened)
     # Between the go and the first CALL there is no scheduler round trip and no Spark start-up.
