@@ -33,6 +33,8 @@ import requests
 import yaml
 from sqlalchemy.engine import URL
 
+from airflow_iceberg.core.tables import TableName
+
 META_DB = "airflow_iceberg_test_scheduler"
 DAGS_FOLDER = Path(__file__).resolve().parents[1] / "dags"
 #: Airflow's own idle sleep of the scheduler, over the fleet setting's 5 s: for a live Airflow whose runs should not
@@ -359,6 +361,32 @@ class LiveAirflow:
             return run if run["state"] in ("success", "failed") else None
 
         return self.wait_for(f"run {run_id} of {dag_id} to finish", finished, timeout, every)
+
+    def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
+        """Trigger a run of ``dag_id`` through the REST API, without a logical date; its run id."""
+        response = self.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert response.status_code == 200, response.text
+        run = response.json()
+        assert run["logical_date"] is None
+        return run["dag_run_id"]
+
+    def compacted(self, table: TableName, entry: dict[str, Any], conf: dict[str, Any], timeout: float = 900) -> str:
+        """Add ``table`` with ``entry``, trigger its compaction DAG with ``conf`` (:meth:`trigger`), and assert that
+        the run and each of its tasks succeeded and that it replaced every data file; the run id."""
+        from airflow_iceberg.surface.dag_factory import compaction_dag_id
+        from devkit.tables import data_file_paths
+
+        before = data_file_paths(table)
+        self.add_tables({"table": str(table), **entry})
+        dag_id = compaction_dag_id(table)
+        run_id = self.trigger(dag_id, conf)
+        run = self.wait_for_run(dag_id, run_id, timeout=timeout)
+        states = self.task_states(dag_id, run_id)
+        assert run["state"] == "success", states
+        assert set(states.values()) == {"success"}, states
+        after = data_file_paths(table)
+        assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
+        return run_id
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
         response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")

@@ -70,3 +70,9 @@ def drop_table(iceberg_conn_id: str, table: TableName | str) -> None:
     catalog.drop_table(identifier)
     if urlparse(location).scheme in ("", "file"):
         shutil.rmtree(urlparse(location).path, ignore_errors=True)
+
+
+def data_file_paths(table: TableName, iceberg_conn_id: str = "lake") -> set[str]:
+    """The paths of the table's live data files (no delete files)."""
+    files = IcebergHook(iceberg_conn_id).load_table(table.in_catalog).inspect.files().to_pylist()
+    return {entry["file_path"] for entry in files if entry["content"] == 0}

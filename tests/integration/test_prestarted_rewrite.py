@@ -10,25 +10,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-
 from airflow_iceberg.core.gate_work import WORK_TABLE
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from devkit.tables import data_file_paths
 from devkit.writers import write_small_files
 
-
-def data_files(table: TableName) -> set[str]:
-    files = IcebergHook("lake").load_table(table.in_catalog).inspect.files().to_pylist()
-    return {entry["file_path"] for entry in files if entry["content"] == 0}
-
-
-def trigger(live_airflow, dag_id: str) -> str:
-    response = live_airflow.api(
-        "POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": {"where": "ts >= '2000-01-01'"}}
-    )
-    assert response.status_code == 200, response.text
-    return response.json()["dag_run_id"]
+#: Every partition: the runs rewrite whatever the writer wrote.
+EVERYTHING = {"where": "ts >= '2000-01-01'"}
 
 
 def logged_at(log: str, text: str) -> datetime:
@@ -59,18 +48,8 @@ def test_the_application_is_up_before_the_gate_closes_and_begins_at_the_go(
     unique_name, table_config, gate_hook, live_airflow
 ):
     table = small_table(unique_name, table_config)
-    before = data_files(table)
-    live_airflow.add_tables({"table": str(table), "prestart_spark": True, "full_rewrite": {"schedule": None}})
+    run_id = live_airflow.compacted(table, {"prestart_spark": True, "full_rewrite": {"schedule": None}}, EVERYTHING)
     dag_id = compaction_dag_id(table)
-
-    run_id = trigger(live_airflow, dag_id)
-    run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
-
-    states = live_airflow.task_states(dag_id, run_id)
-    assert run["state"] == "success", states
-    assert set(states.values()) == {"success"}, states
-    after = data_files(table)
-    assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
     log = live_airflow.task_log(dag_id, run_id, "rewrite_files")
     ready = logged_at(log, "Ready: waiting for the go")
     went = logged_at(log, "Go on ")
@@ -97,7 +76,7 @@ def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_ca
     unique_name, table_config, gate_hook, gate_writer, live_airflow
 ):
     table = small_table(unique_name, table_config)
-    before = data_files(table)
+    before = data_file_paths(table)
     # A writer mid-write (a batch DELETE, say) that never acknowledges: the idle wait times out after 10 s.
     writer = gate_writer(str(table), writer_id="batch-delete")
     live_airflow.add_tables(
@@ -112,7 +91,7 @@ def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_ca
     dag_id = compaction_dag_id(table)
 
     with writer.writing(lambda: None):
-        run_id = trigger(live_airflow, dag_id)
+        run_id = live_airflow.trigger(dag_id, EVERYTHING)
         run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
 
     states = live_airflow.task_states(dag_id, run_id)
@@ -126,6 +105,6 @@ def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_ca
     assert "did not run: " in log and "No CALL ran" in log, log[-3000:]
     assert "wait_until_snapshot_idle failed" in log or "its lease ended before the go" in log, log[-3000:]
     assert "Running: CALL" not in log
-    assert data_files(table) == before, "a CALL ran"
+    assert data_file_paths(table) == before, "a CALL ran"
     assert [row["action"] for row in gate_hook.audit_trail(table)] == ["close", "open"]
     assert gate_hook.get_state(table).state == "open"

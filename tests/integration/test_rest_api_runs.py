@@ -8,8 +8,6 @@ key that is no Param (a typo), naming it and the nearest Param.
 
 from __future__ import annotations
 
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
-
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from devkit.writers import write_small_files
@@ -18,36 +16,13 @@ from devkit.writers import write_small_files
 RECENT_DAYS = "ts >= '{{ macros.ds_add(ds, -2) }}'"
 
 
-def trigger(live_airflow, dag_id: str, conf: dict) -> str:
-    response = live_airflow.api("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
-    assert response.status_code == 200, response.text
-    run = response.json()
-    assert run["logical_date"] is None
-    return run["dag_run_id"]
-
-
-def data_files(table: TableName) -> set[str]:
-    files = IcebergHook("lake").load_table(table.in_catalog).inspect.files().to_pylist()
-    return {entry["file_path"] for entry in files if entry["content"] == 0}
-
-
 def test_a_run_without_logical_date_uses_its_own_where(unique_name, table_config, gate_hook, live_airflow):
     table = TableName.parse(f"lake.rest.{unique_name}")
     write_small_files(
         table_config(table), "--days", "2", "--commits", "3", "--files-per-commit", "3", "--delete-commits", "1"
     )
-    before = data_files(table)
-    live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
-    dag_id = compaction_dag_id(table)
-
-    run_id = trigger(live_airflow, dag_id, {"where": "ts >= '2000-01-01'"})
-    run = live_airflow.wait_for_run(dag_id, run_id, timeout=900)
-
-    states = live_airflow.task_states(dag_id, run_id)
-    assert run["state"] == "success", states
-    assert set(states.values()) == {"success"}, states
-    after = data_files(table)
-    assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
+    entry = {"where": RECENT_DAYS, "full_rewrite": {"schedule": None}}
+    live_airflow.compacted(table, entry, {"where": "ts >= '2000-01-01'"})
     actions = [row["action"] for row in gate_hook.audit_trail(table)]
     assert actions == ["close", "open"]
     assert gate_hook.get_state(table).state == "open"
@@ -59,7 +34,7 @@ def refused_before_the_gate(live_airflow, gate_hook, table: TableName, conf: dic
     live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
     dag_id = compaction_dag_id(table)
 
-    run_id = trigger(live_airflow, dag_id, conf)
+    run_id = live_airflow.trigger(dag_id, conf)
     run = live_airflow.wait_for_run(dag_id, run_id, timeout=600)
 
     states = live_airflow.task_states(dag_id, run_id)
