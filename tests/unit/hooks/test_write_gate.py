@@ -47,3 +47,44 @@ def test_a_gate_mysql_that_does_not_answer_is_named_with_its_connection_and_what
     assert "Nothing in the gate changed." in message and "`airflow connections get gate_down`" in message
     assert "Gate-secret-77" not in message
     assert isinstance(down.value, pymysql.err.OperationalError) and down.value.args[0] == 2003  # still retried
+
+
+class StopRecorder:
+    table = "lake.db.t"
+
+    def __init__(self):
+        self.stops: list[str] = []
+        self.closed = False
+
+    def stop(self, reason):
+        self.stops.append(reason)
+
+    def close(self):
+        self.closed = True
+
+
+class TryNumber:
+    def __init__(self, try_number):
+        self.try_number = try_number
+
+
+@pytest.mark.parametrize(
+    ("error", "try_number", "retries", "stops"),
+    [
+        (RuntimeError("MySQL went away"), 1, 3, False),  # a retry follows: the work keeps waiting for it
+        (RuntimeError("MySQL went away"), 4, 3, True),  # the last try
+        ("fail", 1, 3, True),  # not retried (AirflowFailException)
+        ("timeout", 1, 3, True),  # the idle wait's time-out is never retried
+    ],
+)
+def test_pre_started_work_is_told_to_stop_only_when_no_try_follows(error, try_number, retries, stops):
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+
+    from airflow_iceberg.hooks.write_gate import stop_work_if_final
+
+    error = {"fail": AirflowFailException("no"), "timeout": AirflowSensorTimeout("late")}.get(error, error)
+    handshake = StopRecorder()
+    stop_work_if_final(handshake, {"ti": TryNumber(try_number)}, retries, error, "close_gate")
+    assert bool(handshake.stops) == stops
+    if stops:
+        assert handshake.stops[0].startswith("close_gate failed: ") and handshake.closed
