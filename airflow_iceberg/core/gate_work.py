@@ -126,8 +126,8 @@ def decide_go(look: WorkLook, table: str, *, was_held: bool) -> Decision:
     if look.stop_reason:
         return Decision("stop", look.stop_reason)
     if look.held:
-        closed_before = look.closed_at is None or look.go_at is None or look.go_at >= look.closed_at
-        return Decision("go") if look.go_at is not None and closed_before else Decision("wait")
+        given = look.go_at is not None and (look.closed_at is None or look.go_at >= look.closed_at)
+        return Decision("go" if given else "wait")
     if was_held or look.go_at is not None:
         return Decision(
             "stop",

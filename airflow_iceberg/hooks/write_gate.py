@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pymysql
@@ -51,23 +52,37 @@ def run_attempt(context: Mapping[str, Any]) -> int:
     return int(getattr(context.get("dag_run"), "clear_number", 0) or 0)
 
 
-def stop_work_if_final(
-    handshake: WorkHandshake | None, context: Mapping[str, Any], retries: int | None, error: BaseException, who: str
-) -> None:
-    """A task of a run with pre-started work failed: if no try of it follows (a failure that is not retried, or its
-    last try), tell the work to end without working, naming ``who`` and why. Best effort: the work ends anyway
-    when the gate's lease runs out, or at its own deadline."""
-    from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
+@contextmanager
+def telling_the_work(
+    handshake: WorkHandshake | None, context: Mapping[str, Any], retries: int | None, who: str
+) -> Iterator[None]:
+    """Around a task of a run with pre-started work (``core/gate_work.py``): if the task fails and no try of it
+    follows (a failure that is not retried, or its last try), tell the work to end without working, naming ``who``
+    and why. A reschedule or a skip is no failure, nor a deferral (which is no ``Exception``). Best effort: the
+    work ends anyway when the gate's lease runs out, or at its own deadline. The handshake's connection is closed
+    after."""
+    from airflow.sdk.exceptions import (
+        AirflowFailException,
+        AirflowRescheduleException,
+        AirflowSensorTimeout,
+        AirflowSkipException,
+    )
 
-    final = isinstance(error, AirflowFailException | AirflowSensorTimeout)
-    if handshake is None or not (final or int(context["ti"].try_number or 1) > int(retries or 0)):
-        return
     try:
-        handshake.stop(f"{who} failed: {error}")
-    except Exception as unsaid:  # MySQL away: the work's own deadlines end it
-        log.warning("could not tell the work on %s to stop: %s", handshake.table, unsaid)
+        yield
+    except (AirflowRescheduleException, AirflowSkipException):
+        raise
+    except Exception as error:
+        final = isinstance(error, AirflowFailException | AirflowSensorTimeout)
+        if handshake is not None and (final or int(context["ti"].try_number or 1) > int(retries or 0)):
+            try:
+                handshake.stop(f"{who} failed: {error}")
+            except Exception as unsaid:  # MySQL away: the work's own deadlines end it
+                log.warning("could not tell the work on %s to stop: %s", handshake.table, unsaid)
+        raise
     finally:
-        handshake.close()
+        if handshake is not None:
+            handshake.close()
 
 
 class WriteGateHook(BaseHook):

@@ -28,7 +28,7 @@ from airflow_iceberg.core.procedures import checked_procedure, normalize_argumen
 from airflow_iceberg.core.spark_job import JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.catalogs import spark_settings_for_connection  # noqa: E402
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner  # noqa: E402
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, telling_the_work  # noqa: E402
 
 #: The Spark jobs this provider submits, installed with it.
 SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()
@@ -153,28 +153,19 @@ class IcebergProcedureOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> dict[str, Any] | None:  # type: ignore[override]  # results to XCom
         handshake = self._handshake(context)
-        try:
-            return self._execute(context, handshake)
-        except AirflowSkipException as skipped:
-            if handshake is not None:
-                handshake.stop(f"{self.task_id} was skipped: {skipped}")
-            raise
-        except Exception as error:
-            # Pre-started work that will not run again says so, or close_gate would wait for it to be ready.
-            if handshake is not None and self._last_try(context):
-                handshake.stop(f"{self.task_id} ended before its CALLs: {error}")
-            raise
-        finally:
-            if handshake is not None:
-                handshake.close()
+        # Pre-started work that will not run again says so, or close_gate would wait for it to be ready.
+        with telling_the_work(handshake, context, self.retries, self.task_id):
+            try:
+                return self._execute(context, handshake)
+            except AirflowSkipException as skipped:
+                if handshake is not None:
+                    handshake.stop(f"{self.task_id} was skipped: {skipped}")
+                raise
 
     def _handshake(self, context: Context) -> WorkHandshake | None:
         if self.wait_for_go_seconds is None or not self.write_gate_conn_id:
             return None
         return WriteGateHook(self.write_gate_conn_id).handshake(self.table, run_owner(context), run_attempt(context))
-
-    def _last_try(self, context: Context) -> bool:
-        return int(context["ti"].try_number or 1) > int(self.retries or 0)
 
     def _execute(self, context: Context, handshake: WorkHandshake | None) -> dict[str, Any] | None:
         name = self.table

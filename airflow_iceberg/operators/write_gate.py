@@ -17,7 +17,7 @@ from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_ready
 from airflow_iceberg.core.spark_slots import SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import GateBusyError, SparkSlotsBusyError
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, stop_work_if_final
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, telling_the_work
 
 #: ``pause_writers``'s values: the writers that can conflict with the run's work, or every writer.
 PAUSE_WRITERS = ("conflicting", "all")
@@ -137,22 +137,14 @@ class CloseWriteGateOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, str]:
         handshake = self._handshake(context)
-        try:
+        with telling_the_work(handshake, context, self.retries, self.task_id):
             if handshake is not None:
                 try:
                     ready = await_ready(handshake, self.work_ready_seconds)  # type: ignore[arg-type]  # set
                 except NoGo as no_go:
                     raise AirflowFailException(f"{no_go}; the gate of {self.table} was not closed") from None
-                finally:
-                    handshake.close()
                 self.log.info("The rewrite's Spark application is ready (since %s): closing", ready.ready_at)
             return self._close(context)
-        except Exception as error:
-            from airflow.sdk.exceptions import TaskDeferred
-
-            if not isinstance(error, TaskDeferred):
-                stop_work_if_final(handshake, context, self.retries, error, self.task_id)
-            raise
 
     def _close(self, context: Context) -> dict[str, str]:
         hook = WriteGateHook(self.write_gate_conn_id)
@@ -194,11 +186,8 @@ class CloseWriteGateOperator(BaseOperator):
 
     def execute_complete(self, context: Context | Mapping[str, Any], event: dict[str, Any]) -> dict[str, str]:
         """The gate closed (in the triggerer, or at the first look), or why the wait gave up."""
-        try:
+        with telling_the_work(self._handshake(context), context, self.retries, self.task_id):
             return self._closed(event)
-        except Exception as error:
-            stop_work_if_final(self._handshake(context), context, self.retries, error, self.task_id)
-            raise
 
     def _closed(self, event: dict[str, Any]) -> dict[str, str]:
         if not event.get("closed"):

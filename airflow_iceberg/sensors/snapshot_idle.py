@@ -16,7 +16,7 @@ from airflow_iceberg.core.idle import IdleCheck, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
-from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, stop_work_if_final
+from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, telling_the_work
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
 
 #: The least time a look gets, even when the sensor's timeout has (all but) run out: in reschedule mode each poke is
@@ -150,22 +150,14 @@ class SnapshotIdleSensor(BaseSensorOperator):
     def _telling_the_work(self, context: Context) -> Iterator[None]:
         """Pre-started work hears the outcome: the go once the wait is done, a stop when it failed for good. A
         reschedule or a deferral is neither."""
-        from airflow.sdk.exceptions import AirflowRescheduleException, TaskDeferred
-
         if not self.prestarted_work:
             yield
             return
         handshake = WriteGateHook(self.write_gate_conn_id).handshake(
             self.table, run_owner(context), run_attempt(context)
         )
-        try:
+        with telling_the_work(handshake, context, self.retries, self.task_id):
             yield
-        except (AirflowRescheduleException, TaskDeferred):
-            handshake.close()
-            raise
-        except Exception as error:
-            stop_work_if_final(handshake, context, self.retries, error, self.task_id)
-            raise
         try:
             handshake.go()
             self.log.info("%s: gave the rewrite the go", self.table)

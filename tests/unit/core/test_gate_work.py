@@ -111,5 +111,5 @@ def test_the_gate_closes_only_for_work_that_is_ready_and_was_seen_lately():
     assert await_ready(FakeHandshake([look(), look(), alive]), 60, clock=clock, sleep=clock.sleep) == alive
     with pytest.raises(NoGo, match="was not ready within 20 s, so the gate was not closed"):
         await_ready(FakeHandshake([look()]), 20, clock=clock, sleep=clock.sleep)
-    with pytest.raises(NoGo, match="rewrite_files ended before its CALLs"):
-        await_ready(FakeHandshake([look(stop_reason="rewrite_files ended before its CALLs: boom")]), 20, clock=clock)
+    with pytest.raises(NoGo, match="rewrite_files failed"):
+        await_ready(FakeHandshake([look(stop_reason="rewrite_files failed: boom")]), 20, clock=clock)

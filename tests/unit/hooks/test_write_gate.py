@@ -80,11 +80,25 @@ class TryNumber:
 def test_pre_started_work_is_told_to_stop_only_when_no_try_follows(error, try_number, retries, stops):
     from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
-    from airflow_iceberg.hooks.write_gate import stop_work_if_final
+    from airflow_iceberg.hooks.write_gate import telling_the_work
 
     error = {"fail": AirflowFailException("no"), "timeout": AirflowSensorTimeout("late")}.get(error, error)
     handshake = StopRecorder()
-    stop_work_if_final(handshake, {"ti": TryNumber(try_number)}, retries, error, "close_gate")
+    with pytest.raises(type(error)), telling_the_work(handshake, {"ti": TryNumber(try_number)}, retries, "close_gate"):
+        raise error
     assert bool(handshake.stops) == stops
     if stops:
         assert handshake.stops[0].startswith("close_gate failed: ") and handshake.closed
+
+
+def test_a_reschedule_a_skip_or_a_deferral_tells_the_work_nothing():
+    from airflow.sdk.exceptions import AirflowRescheduleException, AirflowSkipException, TaskDeferred
+
+    from airflow_iceberg.hooks.write_gate import telling_the_work
+
+    deferred = TaskDeferred(trigger=None, method_name="execute_complete")
+    for error in (AirflowRescheduleException(None), AirflowSkipException("skip"), deferred):
+        handshake = StopRecorder()
+        with pytest.raises(type(error)), telling_the_work(handshake, {"ti": TryNumber(9)}, 0, "wait"):
+            raise error
+        assert handshake.stops == [] and handshake.closed
