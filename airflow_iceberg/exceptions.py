@@ -1,6 +1,6 @@
 """Every exception the provider raises, in one place: catch them from here.
 
-Seven belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
+Eight belong to the Airflow-free core, which runs in Spark and in writers and so cannot import this module (it
 imports Airflow and pymysql): they are defined beside their code in ``airflow_iceberg.core`` and exported here.
 Each message names the bad value, the table or the connection, and what to do.
 """
@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_iceberg.core.gate_holder import WritersNotAcknowledgedError
 from airflow_iceberg.core.gate_protocol import WriteGateAccessError
 from airflow_iceberg.core.gate_store import GateBusyError, SparkSlotsBusyError, WriteGateHeldError
+from airflow_iceberg.core.gate_work import WorkGoneError
 from airflow_iceberg.core.lease import LeaseLostError
 from airflow_iceberg.core.tables import InvalidCallError
 
@@ -30,6 +31,7 @@ __all__ = [
     "WriteGateHeldError",
     "WriteGateSchemaError",
     "WriteGateUnreachableError",
+    "WorkGoneError",
     "WritersNotAcknowledgedError",
 ]
 

@@ -25,6 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -388,10 +389,23 @@ class LiveAirflow:
         assert len(after) < len(before) and not after & before, "the rewrite did not replace the small files"
         return run_id
 
-    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        """The run's task instances as the REST API shows them, by task id."""
         response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")
         assert response.ok, response.text
-        return {ti["task_id"]: ti["state"] for ti in response.json()["task_instances"]}
+        return {ti["task_id"]: ti for ti in response.json()["task_instances"]}
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str | None]:
+        return {task_id: ti["state"] for task_id, ti in self.task_instances(dag_id, run_id).items()}
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        """The XCom value a task pushed (its return value by default), decoded; None if it pushed none."""
+        response = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}")
+        if response.status_code == 404:
+            return None
+        assert response.ok, f"XCom {key} of {task_id}: {response.status_code} {response.text}"
+        value = response.json()["value"]
+        return json.loads(value) if isinstance(value, str) else value
 
     def log_text(self) -> str:
         """What its components logged: ``standalone``'s output, then that of the components :meth:`restart`
@@ -406,6 +420,18 @@ class LiveAirflow:
         return "\n".join(
             json.dumps(item) if isinstance(item, dict) else str(item) for item in response.json()["content"]
         )
+
+
+def logged_at(log: str, text: str) -> datetime:
+    """When the first event holding ``text`` was logged, in a task log as :meth:`LiveAirflow.task_log` gives it."""
+    for line in log.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and text in str(event.get("event", "")):
+            return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
+    raise AssertionError(f"no event with {text!r} in the log:\n{log[-3000:]}")
 
 
 def _cmdline(process: Any) -> list[str]:

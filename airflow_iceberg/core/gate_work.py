@@ -63,6 +63,11 @@ class NoGo(RuntimeError):
     """The work must end without working: the run gave up before the go, or its gate is no longer its own."""
 
 
+class WorkGoneError(RuntimeError):
+    """The pre-started work the idle wait guards ended before the go: writers would pause for nothing, so the wait
+    ends and the gate opens (:func:`work_gone`)."""
+
+
 @dataclass(frozen=True)
 class WorkLook:
     """One read of an attempt's handshake row and its table's gate, by the database's clock."""
@@ -135,6 +140,22 @@ def decide_go(look: WorkLook, table: str, *, was_held: bool) -> Decision:
             "wait stopped renewing it), or someone forced it open",
         )
     return Decision("wait")
+
+
+def work_gone(look: WorkLook, table: str) -> str | None:
+    """Why the pre-started work of ``look``'s attempt is gone, for the idle wait that would give it the go; None
+    while it waits. Gone: it stopped (its task failed for good, and said so), or it was ready and has not said it
+    is alive for :data:`ALIVE_WITHIN_SECONDS` (its task or its application was killed: nobody said anything)."""
+    if look.stop_reason:
+        return f"the rewrite of {table} ended before the go: {look.stop_reason}"
+    if look.ready_at is not None and not look.alive:
+        silent = (look.database_now - (look.seen_at or look.ready_at)).total_seconds()
+        return (
+            f"the rewrite's Spark application for {table} has not said it is alive for {silent:.0f} s (it says so "
+            f"every {ALIVE_EVERY_SECONDS:g} s while it waits): its task or application ended before the go, so no "
+            "work needs the writers paused"
+        )
+    return None
 
 
 class WorkHandshake:

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_iceberg.core.idle import IdleCheck, why_not_idle
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.exceptions import LeaseLostError, WorkGoneError
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, telling_the_work
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger, check_snapshot_idle
@@ -84,6 +84,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
             idle_seconds=self.idle_seconds,
             iceberg_conn_id=self.iceberg_conn_id,
             write_gate_conn_id=self.write_gate_conn_id,
+            attempt=run_attempt(context) if self.prestarted_work else None,
         )
 
     def poke(self, context: Context) -> PokeReturnValue:
@@ -118,7 +119,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
         worker.join(budget)
         if worker.is_alive():
             raise self._timed_out(look_seconds=budget)
-        if isinstance(outcome.get("error"), LeaseLostError):  # a retry would not get the gate back
+        if isinstance(outcome.get("error"), LeaseLostError | WorkGoneError):  # a retry would not change it
             raise AirflowFailException(str(outcome["error"])) from None
         if "error" in outcome:
             raise outcome["error"]
@@ -198,6 +199,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
                 write_gate_conn_id=self.write_gate_conn_id,
                 poke_interval=self.poke_interval,
                 ends_at=(timezone.utcnow() + timedelta(seconds=left)).isoformat(),
+                attempt=run_attempt(context) if self.prestarted_work else None,
             ),
             method_name="execute_complete",
             # The trigger ends the wait itself, saying why; Airflow's timeout is the backstop of a stuck look.
@@ -209,7 +211,7 @@ class SnapshotIdleSensor(BaseSensorOperator):
             return self._completed(context, event)
 
     def _completed(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        if event.get("status") == "not_held":
+        if event.get("status") in ("not_held", "work_gone"):
             raise AirflowFailException(event.get("message"))
         if event.get("status") == "timeout":  # the trigger's last look said why
             with self._telling_the_record(context):

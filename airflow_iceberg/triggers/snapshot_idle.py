@@ -15,6 +15,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iceberg.core.gate_state import GateOwner
+from airflow_iceberg.core.gate_work import WorkGoneError, work_gone
 from airflow_iceberg.core.idle import IdleCheck, Snapshot, decide_idle, why_not_idle
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import LeaseLostError
@@ -49,14 +50,25 @@ def check_snapshot_idle(
     idle_seconds: int,
     iceberg_conn_id: str,
     write_gate_conn_id: str,
+    attempt: int | None = None,
 ) -> IdleCheck:
     """Renew the run's lease, read the table's recent snapshots, then the gate, and :func:`decide_idle` on them.
 
     The renewal comes first (it fails at once if the run no longer holds the gate), and the gate with the
     database's clock is read after the catalog, so the time a slow catalog read takes counts as idle time.
+    With ``attempt`` (the run's rewrite is pre-started and waits for the go), :class:`WorkGoneError` once that work
+    has ended (:func:`work_gone`): the pause would guard nothing.
     """
     hook = WriteGateHook(write_gate_conn_id)
     hook.renew_lease(table, owner)
+    if attempt is not None:
+        handshake = hook.handshake(table, owner, attempt)
+        try:
+            gone = work_gone(handshake.look(), str(table))
+        finally:
+            handshake.close()
+        if gone:
+            raise WorkGoneError(gone)
     snapshots = recent_snapshots(iceberg_conn_id, table)
     return decide_idle(hook.get_state(table), owner, snapshots, idle_seconds)
 
@@ -78,6 +90,7 @@ class SnapshotIdleTrigger(BaseTrigger):
     :param write_gate_conn_id: Connection of the gate's MySQL database.
     :param poke_interval: Longest pause between checks, in seconds.
     :param ends_at: When the wait times out (ISO 8601, with its zone); None: never, Airflow's own timeout decides.
+    :param attempt: The run's attempt, when its rewrite is pre-started and waits for this wait's go.
     """
 
     def __init__(
@@ -91,6 +104,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         write_gate_conn_id: str,
         poke_interval: float,
         ends_at: str | None = None,
+        attempt: int | None = None,
     ) -> None:
         super().__init__()
         self.table = table
@@ -101,6 +115,7 @@ class SnapshotIdleTrigger(BaseTrigger):
         self.write_gate_conn_id = write_gate_conn_id
         self.poke_interval = poke_interval
         self.ends_at = ends_at
+        self.attempt = attempt
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -114,6 +129,7 @@ class SnapshotIdleTrigger(BaseTrigger):
                 "write_gate_conn_id": self.write_gate_conn_id,
                 "poke_interval": self.poke_interval,
                 "ends_at": self.ends_at,
+                "attempt": self.attempt,
             },
         )
 
@@ -130,9 +146,16 @@ class SnapshotIdleTrigger(BaseTrigger):
                     idle_seconds=self.idle_seconds,
                     iceberg_conn_id=self.iceberg_conn_id,
                     write_gate_conn_id=self.write_gate_conn_id,
+                    attempt=self.attempt,
                 )
             except Exception as error:  # report, don't crash: the task fails with the message in its log
-                status = "not_held" if isinstance(error, LeaseLostError) else "error"
+                status = (
+                    "not_held"
+                    if isinstance(error, LeaseLostError)
+                    else "work_gone"
+                    if isinstance(error, WorkGoneError)
+                    else "error"
+                )
                 yield TriggerEvent({"status": status, "message": f"{type(error).__name__}: {error}"})
                 return
             if check.done:

@@ -2,34 +2,25 @@
 
 ``rewrite_files`` starts beside ``close_gate``: its Spark application comes up while writers still commit, says it
 is ready, and the gate closes only then; the job begins its ``CALL`` statements at the idle wait's go. A run whose
-idle wait fails before the go ends the application without a ``CALL``, and the gate opens.
+idle wait fails before the go ends the application without a ``CALL``, and the gate opens; so does a run whose
+rewrite task is killed before the go, the idle wait seeing its work go silent.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
+import time
+
+import psutil
 
 from airflow_iceberg.core.gate_work import WORK_TABLE
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from devkit.live_airflow import logged_at
 from devkit.tables import data_file_paths
 from devkit.writers import write_small_files
 
 #: Every partition: the runs rewrite whatever the writer wrote.
 EVERYTHING = {"where": "ts >= '2000-01-01'"}
-
-
-def logged_at(log: str, text: str) -> datetime:
-    """When the task log's first event holding ``text`` was logged."""
-    for line in log.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and text in str(event.get("event", "")):
-            return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00"))
-    raise AssertionError(f"no event with {text!r} in the log:\n{log[-3000:]}")
 
 
 def handshake_rows(gate_hook, dag_id: str) -> list[dict]:
@@ -108,3 +99,76 @@ def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_ca
     assert data_file_paths(table) == before, "a CALL ran"
     assert [row["action"] for row in gate_hook.audit_trail(table)] == ["close", "open"]
     assert gate_hook.get_state(table).state == "open"
+
+
+def rewrite_application(table: TableName) -> psutil.Process | None:
+    """The spark-submit of the rewrite of ``table``, if it runs (its arguments name the table)."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "org.apache.spark.deploy.SparkSubmit" in cmdline and str(table) in cmdline:
+            return process
+    return None
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_a_rewrite_killed_before_the_go_calls_nothing_and_writers_resume_within_a_lease(
+    unique_name, table_config, gate_hook, gate_writer, live_airflow
+):
+    table = small_table(unique_name, table_config)
+    before = data_file_paths(table)
+    # A writer mid-write that never acknowledges holds the idle wait: no go can come while the task is killed.
+    writer = gate_writer(str(table), writer_id="batch-delete")
+    lease_seconds = 60
+    live_airflow.add_tables(
+        {
+            "table": str(table),
+            "prestart_spark": True,
+            "lease_seconds": lease_seconds,
+            "max_pause_seconds": 600,
+            # The idle wait in the triggerer, which looks every poke_interval without a task start per look.
+            "deferrable": True,
+            "poke_interval": 1,
+            "full_rewrite": {"schedule": None},
+        }
+    )
+    dag_id = compaction_dag_id(table)
+    with writer.writing(lambda: None):
+        run_id = live_airflow.trigger(dag_id, EVERYTHING)
+        live_airflow.wait_for("the gate to close", lambda: gate_hook.get_state(table).state == "closed", 600, 0.2)
+        spark_submit = live_airflow.wait_for("the rewrite's spark-submit", lambda: rewrite_application(table), 60)
+        application = [spark_submit, *spark_submit.children(recursive=True)]
+        task = spark_submit.parent()
+        task.kill()  # SIGKILL of the task's process, and only it: it says nothing to anybody
+        killed = time.monotonic()
+        live_airflow.wait_for(
+            "the killed task's Spark application to end",
+            lambda: not any(map(alive, application)),
+            60,
+            0.2,
+        )
+        spark_gone = time.monotonic() - killed
+        live_airflow.wait_for("the writers to be let go", lambda: not gate_hook.get_state(table).pauses_writers, 300)
+        resumed = time.monotonic() - killed
+        run = live_airflow.wait_for_run(dag_id, run_id, timeout=600)
+
+    states = live_airflow.task_states(dag_id, run_id)
+    wait_log = live_airflow.task_log(dag_id, run_id, "wait_until_snapshot_idle")
+    print(
+        f"killed the rewrite task before the go: its Spark application ended {spark_gone:.1f} s later, the writers "
+        f"were let go {resumed:.1f} s after the kill (lease {lease_seconds} s); task states {states}"
+    )
+    assert spark_gone < 15, spark_gone
+    assert resumed <= lease_seconds, resumed
+    assert run["state"] == "failed" and states["wait_until_snapshot_idle"] == "failed", states
+    # The wait saw the work go silent and ended, rather than keep writers paused for nothing.
+    assert "has not said it is alive" in wait_log, wait_log[-3000:]
+    assert states["open_gate"] == "success", states
+    assert data_file_paths(table) == before, "a CALL ran"
+    assert gate_hook.get_state(table).state == "open"
+    assert handshake_rows(gate_hook, dag_id) == [], "open_gate left the run's handshake rows"

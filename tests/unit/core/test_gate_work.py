@@ -7,7 +7,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_iceberg.core.gate_state import GateOwner
-from airflow_iceberg.core.gate_work import ALIVE_WITHIN_SECONDS, NoGo, WorkLook, await_go, await_ready, decide_go
+from airflow_iceberg.core.gate_work import (
+    ALIVE_WITHIN_SECONDS,
+    NoGo,
+    WorkLook,
+    await_go,
+    await_ready,
+    decide_go,
+    work_gone,
+)
 
 OWNER = GateOwner("iceberg_compact__lake__db__t", "manual__1")
 NOW = datetime(2026, 12, 3, 8, 0, tzinfo=timezone.utc)
@@ -113,3 +121,16 @@ def test_the_gate_closes_only_for_work_that_is_ready_and_was_seen_lately():
         await_ready(FakeHandshake([look()]), 20, clock=clock, sleep=clock.sleep)
     with pytest.raises(NoGo, match="rewrite_files failed"):
         await_ready(FakeHandshake([look(stop_reason="rewrite_files failed: boom")]), 20, clock=clock)
+
+
+def test_the_idle_wait_sees_work_that_ended_before_the_go():
+    ready = NOW - timedelta(seconds=30)
+    # Waiting and alive, or not ready yet (the gate does not close for it then): not gone.
+    assert work_gone(look(ready_at=ready, seen_at=NOW - timedelta(seconds=2)), "lake.db.t") is None
+    assert work_gone(look(), "lake.db.t") is None
+    # Killed: nobody said anything, and it has been silent for longer than it may be.
+    silent = work_gone(look(ready_at=ready, seen_at=NOW - timedelta(seconds=ALIVE_WITHIN_SECONDS + 3)), "lake.db.t")
+    assert silent is not None and "has not said it is alive for 13 s" in silent and "lake.db.t" in silent
+    # Its task failed for good and said so: gone at once, however lately it was seen.
+    stopped = work_gone(look(ready_at=ready, seen_at=NOW, stop_reason="rewrite_files failed: killed"), "lake.db.t")
+    assert stopped == "the rewrite of lake.db.t ended before the go: rewrite_files failed: killed"

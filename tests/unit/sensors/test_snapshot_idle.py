@@ -5,13 +5,15 @@ from __future__ import annotations
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from airflow_iceberg.core.idle import IdleCheck
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.exceptions import LeaseLostError, WorkGoneError
+from airflow_iceberg.sensors import snapshot_idle as sensor_module
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 
 
@@ -84,6 +86,31 @@ def test_a_run_that_lost_its_gate_fails_the_wait_without_retries(monkeypatch):
         sensor.execute({"ti": TaskInstance()})
     with pytest.raises(AirflowFailException, match="is not held"):  # the same when waiting in the triggerer
         sensor.execute_complete({}, {"status": "not_held", "message": "the write gate of lake.demo.events is not held"})
+
+
+def test_a_wait_for_pre_started_work_looks_at_that_work_and_fails_for_good_once_it_is_gone(monkeypatch):
+    sensor = SnapshotIdleSensor(
+        task_id="w", table="lake.demo.events", idle_seconds=10, timeout=60, mode="poke", prestarted_work=True
+    )
+    seen: dict = {}
+
+    def look(**kwargs):
+        seen.update(kwargs)
+        raise WorkGoneError("the rewrite of lake.demo.events ended before the go: rewrite_files failed")
+
+    monkeypatch.setattr(sensor_module, "check_snapshot_idle", look)
+    context = {
+        "ti": TaskInstance(),
+        "dag": SimpleNamespace(dag_id="iceberg_compact__lake__demo__events"),
+        "run_id": "manual__1",
+        "dag_run": SimpleNamespace(clear_number=2),
+    }
+    with pytest.raises(AirflowFailException, match="ended before the go"):  # no retry brings the work back
+        sensor._bounded_check(context)
+    assert seen["attempt"] == 2  # the run's attempt: a cleared run's work is another's
+    plain = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=10, timeout=60)
+    with pytest.raises(AirflowFailException, match="ended before the go"):  # the same when waiting in the triggerer
+        plain.execute_complete({}, {"status": "work_gone", "message": "WorkGoneError: ... ended before the go"})
 
 
 CLOSED_AT = datetime(2026, 11, 25, 10, 0, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.idle import IdleCheck
 from airflow_iceberg.core.tables import TableName
-from airflow_iceberg.exceptions import LeaseLostError
+from airflow_iceberg.exceptions import LeaseLostError, WorkGoneError
 from airflow_iceberg.triggers import snapshot_idle
 from airflow_iceberg.triggers.snapshot_idle import SnapshotIdleTrigger
 
@@ -33,6 +33,18 @@ def test_trigger_serializes_to_its_own_class_and_arguments():
     classpath, kwargs = trigger().serialize()
     assert classpath == "airflow_iceberg.triggers.snapshot_idle.SnapshotIdleTrigger"
     assert SnapshotIdleTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert trigger(attempt=2).serialize()[1]["attempt"] == 2  # pre-started work: its looks watch the work too
+
+
+def test_trigger_ends_the_wait_when_the_pre_started_work_is_gone(monkeypatch):
+    def look(**kwargs):
+        assert kwargs["attempt"] == 1
+        raise WorkGoneError("the rewrite of lake.db.t ended before the go: rewrite_files failed")
+
+    monkeypatch.setattr(snapshot_idle, "check_snapshot_idle", look)
+    payload, _ = run_trigger(trigger(attempt=1), monkeypatch)
+    message = "WorkGoneError: the rewrite of lake.db.t ended before the go: rewrite_files failed"
+    assert payload == {"status": "work_gone", "message": message}  # the sensor fails it without retries
 
 
 def looks(idle: list[float], idle_seconds: int = 30):
