@@ -31,7 +31,8 @@ MKDOCS := NO_MKDOCS_2_WARNING=1 .venv/airflow/bin/mkdocs build --strict --quiet
 # The demo writers' spark-submit output goes to files under build/, not the console.
 QUIET_WRITERS := AIRFLOW__LOGGING__NAMESPACE_LEVELS=airflow.task.hooks.devkit.writers=WARNING
 
-.PHONY: setup setup-stacks demo test test-stacks unit java-test lint layers bench bench-parse bench-fleet bench-peers faults bad-day docs site \
+.PHONY: setup setup-stacks demo test test-stacks unit java-test lint layers bench bench-cluster bench-parse bench-fleet bench-peers \
+	faults bad-day docs site \
 	clean
 
 setup:
@@ -49,6 +50,10 @@ bench: setup
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_tasks
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_health
 	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cdc
+
+# make bench's gated compactions with the rewrite pre-started on a Spark standalone cluster, on a live Airflow.
+bench-cluster: setup
+	@$(ENV) $(QUIET_WRITERS) $(PY) -m devkit.bench_cluster
 
 # The suite runs on two workers (pytest-xdist): one test mostly waits, for a JVM, a checkpoint or a scheduler, so
 # two at once keep two cores busy. The tests of the one live Airflow stay together on one worker (tests/conftest.py);

@@ -20,6 +20,7 @@ from devkit.writers import IngestJob
 TARGET_SLACK_SECONDS = 10.0
 #: What the physical bar allows beyond the work and one acknowledgement: closing and opening, the job's go.
 PHYSICAL_SLACK_SECONDS = 2.0
+IDLE_TASK_ID = "wait_until_snapshot_idle"
 
 
 def calls_seconds(results: dict[str, Any]) -> float:
@@ -79,20 +80,58 @@ def commit_interval(batches: list[dict[str, Any]]) -> float:
     return statistics.median(gaps)
 
 
+@dataclass(frozen=True)
+class RunTimes:
+    """What :func:`measure` needs of a finished compaction run, wherever it ran: ``dag.test()`` here
+    (:meth:`of_dag_run`) or a live Airflow's scheduler (:meth:`of_live_run`)."""
+
+    run_id: str
+    state: str
+    rewrite_start: datetime
+    rewrite_end: datetime
+    #: When the idle wait (``wait_until_snapshot_idle``) ended.
+    wait_end: datetime
+    #: The rewrite task's result rows, by procedure (its XCom).
+    results: dict[str, Any]
+
+    @classmethod
+    def of_dag_run(cls, run: Any) -> RunTimes:
+        rewrite = run.get_task_instance(REWRITE_TASK_ID)
+        return cls(
+            run_id=run.run_id,
+            state=str(run.state),
+            rewrite_start=rewrite.start_date,
+            rewrite_end=rewrite.end_date,
+            wait_end=run.get_task_instance(IDLE_TASK_ID).end_date,
+            results=rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {},
+        )
+
+    @classmethod
+    def of_live_run(cls, airflow: Any, dag_id: str, run: dict[str, Any]) -> RunTimes:
+        """``run`` as :meth:`devkit.live_airflow.LiveAirflow.wait_for_run` gave it."""
+        tasks = airflow.task_instances(dag_id, run["dag_run_id"])
+        return cls(
+            run_id=run["dag_run_id"],
+            state=str(run["state"]),
+            rewrite_start=datetime.fromisoformat(tasks[REWRITE_TASK_ID]["start_date"]),
+            rewrite_end=datetime.fromisoformat(tasks[REWRITE_TASK_ID]["end_date"]),
+            wait_end=datetime.fromisoformat(tasks[IDLE_TASK_ID]["end_date"]),
+            results=airflow.xcom(dag_id, run["dag_run_id"], REWRITE_TASK_ID) or {},
+        )
+
+
 def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | None = None) -> CompactionFigures:
-    """Figures of the finished DAG run ``run`` on ``table`` while ``job`` was writing to it.
+    """Figures of the finished DAG run ``run`` (a :class:`RunTimes`, or a ``dag.test()`` run) on ``table`` while
+    ``job`` was writing to it.
 
     Call it once the writer has committed again after the run, so the records the gate held back are counted.
     """
+    times = run if isinstance(run, RunTimes) else RunTimes.of_dag_run(run)
     gate = gate or WriteGateHook()
-    trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == run.run_id]
+    trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == times.run_id]
     closed_at = next(r["at"] for r in trail if r["action"] == "close")
     opened_at = next(r["at"] for r in trail if r["action"] == "open")
-    rewrite = run.get_task_instance(REWRITE_TASK_ID)
-    rewrite_seconds = (rewrite.end_date - rewrite.start_date).total_seconds()
-    wait = run.get_task_instance("wait_until_snapshot_idle")
-    results = rewrite.xcom_pull(task_ids=REWRITE_TASK_ID) or {}
-    data_result = results.get("rewrite_data_files") or {}
+    data_result = times.results.get("rewrite_data_files") or {}
     batches = job.batches()
     interval = commit_interval(batches)
     # Records held back by the gate are committed by the first batch after it opens.
@@ -100,16 +139,16 @@ def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | No
         b for b in batches if b["committed"] >= _epoch(opened_at)
     ][:1]
     return CompactionFigures(
-        run_id=run.run_id,
-        state=str(run.state),
+        run_id=times.run_id,
+        state=times.state,
         gate_closed_seconds=round((opened_at - closed_at).total_seconds(), 3),
-        rewrite_seconds=round(rewrite_seconds, 3),
+        rewrite_seconds=round((times.rewrite_end - times.rewrite_start).total_seconds(), 3),
         commit_interval_seconds=round(interval, 3),
-        wait_for_writer_seconds=round((wait.end_date - closed_at).total_seconds(), 3),
+        wait_for_writer_seconds=round((times.wait_end - closed_at).total_seconds(), 3),
         max_record_wait_seconds=max((b["max_record_wait_seconds"] for b in held), default=0.0),
         rewritten_data_files=int(data_result.get("rewritten_data_files_count", 0)),
         added_data_files=int(data_result.get("added_data_files_count", 0)),
-        calls_seconds=round(calls_seconds(results), 3),
+        calls_seconds=round(calls_seconds(times.results), 3),
     )
 
 
