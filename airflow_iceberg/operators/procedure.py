@@ -181,6 +181,13 @@ class IcebergProcedureOperator(SparkSubmitOperator):
             gate = WriteGateHook(self.write_gate_conn_id)
             owner = run_owner(context)
             if handshake is not None:
+                # A try after a stop (the idle wait failed, or saw an earlier try's work go silent) would start Spark
+                # only for its job to read the stop: the writers wait for this try to end, so end it now.
+                if stop := handshake.look().stop_reason:
+                    raise AirflowFailException(
+                        f"{', '.join(self.procedures)} on {name} did not run: {stop}. No CALL ran; the table is as "
+                        "it was."
+                    )
                 # Pre-started: the gate is not closed yet. The job and this task renew the lease from the go on.
                 secrets["gate"] = {
                     **gate.owner_settings(name, owner, 0),

@@ -474,3 +474,55 @@ def test_a_rewrite_takes_its_predicates_from_a_plan_or_from_where_never_both():
             where={"rewrite_data_files": "x"},
         )
     assert "'plan_compaction'" in str(raised.value) and "'rewrite_data_files': 'x'" in str(raised.value)
+
+
+def test_a_pre_started_try_after_a_stop_ends_before_spark_starts(monkeypatch):
+    """A retry of a pre-started rewrite whose run was told to stop (the idle wait failed, or saw the try before go
+    silent) fails at once, starting no Spark: the writers wait for it to end."""
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_iceberg.core.gate_state import GateOwner
+    from airflow_iceberg.core.gate_work import WorkLook
+
+    reason = "wait_until_snapshot_idle failed: the rewrite's Spark application has not said it is alive for 11 s"
+    stops: list[str] = []
+
+    class Handshake:
+        attempt = 0
+        table = "lake.demo.events"
+
+        def look(self):
+            return WorkLook(GateOwner("d", "r"), datetime.now(timezone.utc), stop_reason=reason)
+
+        def stop(self, why):
+            stops.append(why)
+
+        def close(self):
+            pass
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("spark-submit started")
+
+    op = IcebergRewriteOperator(
+        task_id="rewrite_files",
+        table="lake.demo.events",
+        procedures=["rewrite_data_files"],
+        write_gate_conn_id="gate",
+        wait_for_go_seconds=60,
+    )
+    monkeypatch.setattr(op, "_handshake", lambda context: Handshake())
+    monkeypatch.setattr(SparkSubmitOperator, "execute", no_spark)
+    context = {
+        "ti": SimpleNamespace(try_number=2),
+        "dag": SimpleNamespace(dag_id="d"),
+        "run_id": "r",
+        "dag_run": SimpleNamespace(clear_number=0),
+        "params": {},
+    }
+    with pytest.raises(AirflowFailException, match=r"did not run: wait_until_snapshot_idle failed: .* No CALL ran"):
+        op.execute(context)
+    assert stops and stops[0].startswith("rewrite_files failed: ")  # the stop stays said, for any later try
