@@ -1,15 +1,18 @@
 """``make faults``: gated compactions under injected faults, against real MariaDB, local Spark and a gated writer.
 
-Each scenario runs the table's real compaction DAG (``dag.test()`` in this process, or ``airflow dags test`` in a
-process of its own where the scenario kills or freezes it) while a gated writer appends numbered rows to the same
-table through pyiceberg every half second, and injects one fault. The gate lives in a MariaDB server of the
-suite's own (:class:`~devkit.private_mariadb.PrivateMariaDB`), so MySQL can be stopped without touching the
-machine's server, which holds the Iceberg catalog.
+Each scenario runs the table's real compaction DAG (``dag.test()`` in this process, ``airflow dags test`` in a
+process of its own where the scenario kills or freezes it, or, for a pre-started rewrite (``prestart_spark``), whose
+tasks must run at once, a live ``airflow standalone`` started for those scenarios) while a gated writer appends
+numbered rows to the same table through pyiceberg every half second, and injects one fault. The gate lives in a
+MariaDB server of the suite's own (:class:`~devkit.private_mariadb.PrivateMariaDB`), so MySQL can be stopped
+without touching the machine's server, which holds the Iceberg catalog.
 
 One row per scenario: the gate after it, the seconds the writer stayed paused, the writer's commits that failed
 (pyiceberg's compare-and-swap refuses any commit that races another, so a rewrite committing while the writer
 does shows here), rows lost (the rows the writer committed that the table lacks, plus any it holds twice), and
-the run's state. ``tests/integration/test_faults.py`` runs the same scenarios and asserts each row.
+the run's state. ``tests/integration/test_faults.py`` runs the same scenarios and asserts each row, but the two
+of pre-started work: ``tests/integration/test_prestarted_rewrite.py`` asserts the same faults on the suite's one
+live Airflow.
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_
 from airflow_iceberg.table_list.loader import load_table_list
 from airflow_iceberg.table_list.schema import TableConfig
 from devkit.dag_runs import load_dag
+from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, COMPACTION_DAG_FILE, LiveAirflow
 from devkit.private_mariadb import PrivateMariaDB
+from devkit.tables import data_file_paths
 
 TABLE = TableName("lake", "faults", "events")
 GATE_CONN_ID = "fault_gate"
@@ -57,6 +62,8 @@ LONG_REWRITE = {
     "partial-progress.max-commits": 100,
 }
 SEED_FILES = 160
+#: The metadata database of the live Airflow that the scenarios of pre-started work start.
+LIVE_META_DB = "airflow_iceberg_faults"
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +235,7 @@ class FaultBench:
         self.other_home = workdir / "airflow-home"
         self._environment: dict[str, str | None] = {}
         self._seeded = 0  # seed files so far; their ids count down from -1
+        self._live: LiveAirflow | None = None
 
     # --- set-up ------------------------------------------------------------------------------------------------
 
@@ -252,6 +260,8 @@ class FaultBench:
 
     def __exit__(self, *exc_info: object) -> None:
         try:
+            if self._live is not None:
+                self._live.stop()
             if self.writer is not None:
                 self.writer.stop()
         finally:
@@ -340,6 +350,32 @@ class FaultBench:
             "AIRFLOW_HOME": str(self.other_home),
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.other_home / 'airflow.db'}",
         }
+
+    def live(self) -> LiveAirflow:
+        """A live ``airflow standalone`` (LocalExecutor, PostgreSQL) on the bench's table list, its gate and catalog
+        connections from this process's environment; started at its first use, stopped with the bench."""
+        if self._live is None:
+            home = self.workdir / "live-airflow"
+            home.mkdir(parents=True, exist_ok=True)
+            live = LiveAirflow(home, self.table_list, meta_db=LIVE_META_DB, settings=AIRFLOWS_OWN_IDLE_SLEEP)
+            live.start()
+            self._live = live
+        return self._live
+
+    def configure_live(self, **settings: Any) -> TableConfig:
+        """:meth:`configure`, then wait until the live Airflow has parsed the table's DAGs with these settings."""
+        live = self.live()
+        dag_id = compaction_dag_id(TABLE)
+        asked = live.query("SELECT NOW()")[0][0]
+        config = self.configure(**settings)
+        live.request_parse(COMPACTION_DAG_FILE)
+
+        def parsed_since() -> bool:
+            rows = live.query("SELECT last_parsed_time FROM dag WHERE dag_id = %s AND NOT is_stale", dag_id)
+            return bool(rows and rows[0][0] and rows[0][0] > asked)
+
+        live.wait_for(f"{dag_id} to be parsed with its new settings", parsed_since, 300)
+        return config
 
     # --- runs --------------------------------------------------------------------------------------------------
 
@@ -733,6 +769,92 @@ def warehouse_unwritable(bench: FaultBench) -> Outcome:
     )
 
 
+# --- a pre-started rewrite (prestart_spark), on the live Airflow ------------------------------------------------
+
+
+def _rewrite_submit() -> psutil.Process | None:
+    """The spark-submit of the table's rewrite job, if one runs (its arguments name the table)."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "org.apache.spark.deploy.SparkSubmit" in cmdline and str(TABLE) in cmdline:
+            return process
+    return None
+
+
+def _mid_write_writer(bench: FaultBench) -> WriteGateClient:
+    """A second writer, mid-write (a batch DELETE, say) for as long as its ``writing`` block lasts: the idle wait
+    cannot give the go while it holds on."""
+    return WriteGateClient.connect(
+        str(TABLE), **bench.gate.connection_settings(), writer_id="mid-write", poke_interval=0.2, log=lambda m: None
+    )
+
+
+def prestarted_rewrite_killed_before_the_go(bench: FaultBench) -> Outcome:
+    """SIGKILL of the pre-started rewrite task's process while its application waits for the go, the gate closed:
+    its application ends with it, no CALL runs, and the idle wait, seeing the work fall silent, ends the run, so
+    that writers resume within one lease."""
+    config = bench.configure_live(
+        prestart_spark=True, lease_seconds=30, max_pause_seconds=300, deferrable=True, poke_interval=1
+    )
+    live, dag_id = bench.live(), compaction_dag_id(TABLE)
+    before = data_file_paths(TABLE)
+    started, failed = bench.begin()
+    holder = _mid_write_writer(bench)
+    try:
+        with holder.writing(lambda: None):
+            run_id = live.trigger(dag_id, {})
+            wait_for("the gate to close", lambda: bench.gate.get_state(TABLE).state == "closed", 600)
+            spark_submit = wait_for("the rewrite's spark-submit", _rewrite_submit, 60)
+            application = [spark_submit, *spark_submit.children(recursive=True)]
+            spark_submit.parent().kill()  # the task's process, and only it: it tells nobody anything
+            killed = time.monotonic()
+            wait_for("its Spark application to end", lambda: not any(map(alive, application)), 120)
+            spark_gone = time.monotonic() - killed
+            wait_for("the writers to be let go", lambda: bench._released(), config.lease_seconds + 60)
+            let_go = time.monotonic() - killed
+            run = live.wait_for_run(dag_id, run_id, timeout=600)
+    finally:
+        holder.close()
+    return bench.outcome(
+        "pre-started rewrite killed before go",
+        started,
+        str(run["state"]),
+        failed_before=failed,
+        spark_gone_seconds=round(spark_gone, 1),
+        let_go_seconds=round(let_go, 1),
+        lease_seconds=config.lease_seconds,
+        task_states=live.task_states(dag_id, run_id),
+        files_replaced=len(before - data_file_paths(TABLE)),  # a CALL replaces; the writer only adds
+        wait_log=live.task_log(dag_id, run_id, "wait_until_snapshot_idle")[-2000:],
+    )
+
+
+def prestarted_wait_fails_before_the_go(bench: FaultBench) -> Outcome:
+    """The idle wait of a pre-started rewrite times out (a writer stays mid-write): it tells the waiting application
+    to stop, which ends without a CALL, and the gate opens."""
+    config = bench.configure_live(prestart_spark=True, lease_seconds=10, max_pause_seconds=20)
+    live, dag_id = bench.live(), compaction_dag_id(TABLE)
+    before = data_file_paths(TABLE)
+    started, failed = bench.begin()
+    holder = _mid_write_writer(bench)
+    try:
+        with holder.writing(lambda: None):
+            run_id = live.trigger(dag_id, {})
+            run = live.wait_for_run(dag_id, run_id, timeout=900)
+    finally:
+        holder.close()
+    return bench.outcome(
+        "pre-started, idle wait fails",
+        started,
+        str(run["state"]),
+        failed_before=failed,
+        lease_seconds=config.lease_seconds,
+        task_states=live.task_states(dag_id, run_id),
+        files_replaced=len(before - data_file_paths(TABLE)),  # a CALL replaces; the writer only adds
+        rewrite_log=live.task_log(dag_id, run_id, REWRITE_TASK_ID)[-2000:],
+    )
+
+
 def _table_location() -> Path:
     from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
@@ -752,6 +874,9 @@ SCENARIOS: list[Callable[[FaultBench], Outcome]] = [
     stale_opener_after_takeover,
     sensor_times_out_with_a_busy_writer,
     warehouse_unwritable,
+    # Last: they start a live Airflow, which then stays up until the bench ends.
+    prestarted_rewrite_killed_before_the_go,
+    prestarted_wait_fails_before_the_go,
 ]
 
 
