@@ -64,6 +64,25 @@ def _row(number: int, figures: CompactionFigures) -> str:
     return "  ".join(value.rjust(width) for value, (_, width) in zip(values, COLUMNS, strict=True))
 
 
+def report_writer(catalog_conn_id: str, table: TableName, job: IngestJob, final: dict) -> bool:
+    """Print what the writer committed and whether ``table`` holds exactly the rows it wrote; whether it does."""
+    stats = TableStats.read(catalog_conn_id, table)
+    arrow = IcebergHook(catalog_conn_id).load_table(table.in_catalog).scan().to_arrow()
+    actual = dict(
+        zip(
+            arrow["key"].to_pylist(),
+            zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=False),
+            strict=False,
+        )
+    )
+    correct = len(actual) == arrow.num_rows and actual == expected_rows(final["max_value"], job.keys)
+    print(
+        f"writer: {final['batches']} commits, {final['failed_commits']} failed; table holds {stats.rows} rows, "
+        f"{'exactly' if correct else 'NOT'} the expected state; {stats.data_files} data files now"
+    )
+    return correct
+
+
 def main() -> int:
     logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)
     demo = next(t for t in load_table_list().tables if t.table == DEMO_TABLE)
@@ -101,20 +120,7 @@ def main() -> int:
     print("  ".join(name.rjust(width) for name, width in COLUMNS))
     for number, run_figures in enumerate(figures, start=1):
         print(_row(number, run_figures))
-    stats = TableStats.read(config.catalog_conn_id, BENCH_TABLE)
-    arrow = IcebergHook(config.catalog_conn_id).load_table(BENCH_TABLE.in_catalog).scan().to_arrow()
-    actual = dict(
-        zip(
-            arrow["key"].to_pylist(),
-            zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=False),
-            strict=False,
-        )
-    )
-    correct = len(actual) == arrow.num_rows and actual == expected_rows(final["max_value"], job.keys)
-    print(
-        f"writer: {final['batches']} commits, {final['failed_commits']} failed; table holds {stats.rows} rows, "
-        f"{'exactly' if correct else 'NOT'} the expected state; {stats.data_files} data files now"
-    )
+    correct = report_writer(config.catalog_conn_id, BENCH_TABLE, job, final)
     print(f"target ratio <= 1.0 met in {sum(f.ratio <= 1.0 for f in figures)} of {len(figures)} runs")
     met = sum(f.physical_ratio <= PHYSICAL_TARGET for f in figures)
     print(

@@ -25,21 +25,19 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id
 from airflow_iceberg.table_list.loader import load_table_list
 from airflow_iceberg.table_list.schema import TableConfig
-from devkit.bench import COLUMNS, PHYSICAL_TARGET, RUNS
+from devkit.bench import COLUMNS, PHYSICAL_TARGET, RUNS, report_writer
 from devkit.bench import _row as bench_row
 from devkit.demo import DEMO_TABLE
 from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, LiveAirflow, logged_at
 from devkit.live_ingest import CompactionFigures, RunTimes, measure
 from devkit.spark_standalone import CONN_ID, standalone_cluster
-from devkit.tables import TableStats, drop_table
-from devkit.writer_jobs.ingest_events import expected_rows
+from devkit.tables import drop_table
 from devkit.writers import IngestJob
 
 BENCH_TABLE = TableName("lake", "bench", "cluster_events")
@@ -119,20 +117,7 @@ def main() -> int:
         print(f"{bench_row(number, run_figures)}  {startup:>10.1f}  {lead:>21.1f}")
     on_cluster = [app for app in applications if str(BENCH_TABLE) in app["name"] and app["state"] == "FINISHED"]
     print(f"the cluster's master lists {len(on_cluster)} finished rewrite applications of {BENCH_TABLE}")
-    stats = TableStats.read(config.catalog_conn_id, BENCH_TABLE)
-    arrow = IcebergHook(config.catalog_conn_id).load_table(BENCH_TABLE.in_catalog).scan().to_arrow()
-    actual = dict(
-        zip(
-            arrow["key"].to_pylist(),
-            zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=False),
-            strict=False,
-        )
-    )
-    correct = len(actual) == arrow.num_rows and actual == expected_rows(final["max_value"], job.keys)
-    print(
-        f"writer: {final['batches']} commits, {final['failed_commits']} failed; table holds {stats.rows} rows, "
-        f"{'exactly' if correct else 'NOT'} the expected state; {stats.data_files} data files now"
-    )
+    correct = report_writer(config.catalog_conn_id, BENCH_TABLE, job, final)
     met = sum(f.physical_ratio <= PHYSICAL_TARGET for f in figures)
     print(
         f"physical_ratio = gate_closed / (calls + ack + 2 s) <= {PHYSICAL_TARGET} met in {met} of {len(figures)} runs"

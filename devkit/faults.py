@@ -781,77 +781,82 @@ def _rewrite_submit() -> psutil.Process | None:
     return None
 
 
-def _mid_write_writer(bench: FaultBench) -> WriteGateClient:
-    """A second writer, mid-write (a batch DELETE, say) for as long as its ``writing`` block lasts: the idle wait
-    cannot give the go while it holds on."""
-    return WriteGateClient.connect(
+@dataclass
+class HeldRun:
+    """A pre-started run of the table's compaction DAG on the live Airflow, and what its row needs."""
+
+    bench: FaultBench
+    config: TableConfig
+    dag_id: str
+    before: set[str]  # the table's data files before the run
+    started: float
+    failed: int
+    run_id: str = ""
+
+    def outcome(self, scenario: str, run: dict[str, Any], **checks: Any) -> Outcome:
+        return self.bench.outcome(
+            scenario,
+            self.started,
+            str(run["state"]),
+            failed_before=self.failed,
+            lease_seconds=self.config.lease_seconds,
+            task_states=self.bench.live().task_states(self.dag_id, self.run_id),
+            files_replaced=len(self.before - data_file_paths(TABLE)),  # a CALL replaces; the writer only adds
+            **checks,
+        )
+
+
+@contextmanager
+def _held_prestarted_run(bench: FaultBench, **settings: Any) -> Iterator[HeldRun]:
+    """Trigger a pre-started run (``prestart_spark`` with ``settings``) while a second writer is mid-write (a batch
+    DELETE, say) for as long as the block lasts: the idle wait cannot give the go meanwhile."""
+    config = bench.configure_live(prestart_spark=True, **settings)
+    held = HeldRun(bench, config, compaction_dag_id(TABLE), data_file_paths(TABLE), *bench.begin())
+    holder = WriteGateClient.connect(
         str(TABLE), **bench.gate.connection_settings(), writer_id="mid-write", poke_interval=0.2, log=lambda m: None
     )
+    try:
+        with holder.writing(lambda: None):
+            held.run_id = bench.live().trigger(held.dag_id, {})
+            yield held
+    finally:
+        holder.close()
 
 
 def prestarted_rewrite_killed_before_the_go(bench: FaultBench) -> Outcome:
     """SIGKILL of the pre-started rewrite task's process while its application waits for the go, the gate closed:
     its application ends with it, no CALL runs, and the idle wait, seeing the work fall silent, ends the run, so
     that writers resume within one lease."""
-    config = bench.configure_live(
-        prestart_spark=True, lease_seconds=30, max_pause_seconds=300, deferrable=True, poke_interval=1
-    )
-    live, dag_id = bench.live(), compaction_dag_id(TABLE)
-    before = data_file_paths(TABLE)
-    started, failed = bench.begin()
-    holder = _mid_write_writer(bench)
-    try:
-        with holder.writing(lambda: None):
-            run_id = live.trigger(dag_id, {})
-            wait_for("the gate to close", lambda: bench.gate.get_state(TABLE).state == "closed", 600)
-            spark_submit = wait_for("the rewrite's spark-submit", _rewrite_submit, 60)
-            application = [spark_submit, *spark_submit.children(recursive=True)]
-            spark_submit.parent().kill()  # the task's process, and only it: it tells nobody anything
-            killed = time.monotonic()
-            wait_for("its Spark application to end", lambda: not any(map(alive, application)), 120)
-            spark_gone = time.monotonic() - killed
-            wait_for("the writers to be let go", lambda: bench._released(), config.lease_seconds + 60)
-            let_go = time.monotonic() - killed
-            run = live.wait_for_run(dag_id, run_id, timeout=600)
-    finally:
-        holder.close()
-    return bench.outcome(
+    settings = {"lease_seconds": 30, "max_pause_seconds": 300, "deferrable": True, "poke_interval": 1}
+    with _held_prestarted_run(bench, **settings) as held:
+        wait_for("the gate to close", lambda: bench.gate.get_state(TABLE).state == "closed", 600)
+        spark_submit = wait_for("the rewrite's spark-submit", _rewrite_submit, 60)
+        application = [spark_submit, *spark_submit.children(recursive=True)]
+        spark_submit.parent().kill()  # the task's process, and only it: it tells nobody anything
+        killed = time.monotonic()
+        wait_for("its Spark application to end", lambda: not any(map(alive, application)), 120)
+        spark_gone = time.monotonic() - killed
+        wait_for("the writers to be let go", bench._released, held.config.lease_seconds + 60)
+        let_go = time.monotonic() - killed
+        run = bench.live().wait_for_run(held.dag_id, held.run_id, timeout=600)
+    return held.outcome(
         "pre-started rewrite killed before go",
-        started,
-        str(run["state"]),
-        failed_before=failed,
+        run,
         spark_gone_seconds=round(spark_gone, 1),
         let_go_seconds=round(let_go, 1),
-        lease_seconds=config.lease_seconds,
-        task_states=live.task_states(dag_id, run_id),
-        files_replaced=len(before - data_file_paths(TABLE)),  # a CALL replaces; the writer only adds
-        wait_log=live.task_log(dag_id, run_id, "wait_until_snapshot_idle")[-2000:],
+        wait_log=bench.live().task_log(held.dag_id, held.run_id, "wait_until_snapshot_idle")[-2000:],
     )
 
 
 def prestarted_wait_fails_before_the_go(bench: FaultBench) -> Outcome:
     """The idle wait of a pre-started rewrite times out (a writer stays mid-write): it tells the waiting application
     to stop, which ends without a CALL, and the gate opens."""
-    config = bench.configure_live(prestart_spark=True, lease_seconds=10, max_pause_seconds=20)
-    live, dag_id = bench.live(), compaction_dag_id(TABLE)
-    before = data_file_paths(TABLE)
-    started, failed = bench.begin()
-    holder = _mid_write_writer(bench)
-    try:
-        with holder.writing(lambda: None):
-            run_id = live.trigger(dag_id, {})
-            run = live.wait_for_run(dag_id, run_id, timeout=900)
-    finally:
-        holder.close()
-    return bench.outcome(
+    with _held_prestarted_run(bench, lease_seconds=10, max_pause_seconds=20) as held:
+        run = bench.live().wait_for_run(held.dag_id, held.run_id, timeout=900)
+    return held.outcome(
         "pre-started, idle wait fails",
-        started,
-        str(run["state"]),
-        failed_before=failed,
-        lease_seconds=config.lease_seconds,
-        task_states=live.task_states(dag_id, run_id),
-        files_replaced=len(before - data_file_paths(TABLE)),  # a CALL replaces; the writer only adds
-        rewrite_log=live.task_log(dag_id, run_id, REWRITE_TASK_ID)[-2000:],
+        run,
+        rewrite_log=bench.live().task_log(held.dag_id, held.run_id, REWRITE_TASK_ID)[-2000:],
     )
 
 

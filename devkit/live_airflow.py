@@ -274,7 +274,7 @@ class LiveAirflow:
         self.process = None
         # Nothing of the group may outlive it (the scheduler's LocalExecutor workers included).
         deadline = time.monotonic() + grace
-        while _group_alive(group):
+        while group_alive(group):
             if time.monotonic() > deadline:
                 left = [" ".join(_cmdline(p))[:80] for p in _group_members(group)]
                 os.killpg(group, signal.SIGKILL)
@@ -456,7 +456,8 @@ def _group_members(group: int) -> list[Any]:
     return members
 
 
-def _group_alive(group: int) -> bool:
+def group_alive(group: int) -> bool:
+    """Whether any process of the process group ``group`` is left."""
     try:
         os.killpg(group, 0)
     except ProcessLookupError:

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from devkit.live_airflow import free_port
+from devkit.live_airflow import free_port, group_alive
 
 #: The Airflow connection id the cluster's master is reached by, set in the environment while it runs.
 CONN_ID = "spark_standalone"
@@ -41,14 +41,6 @@ def _start(command: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def _stop(process: subprocess.Popen) -> list[str]:
     """End the daemon's process group (a worker's executors with it); name the group if any of it outlives that."""
     group = process.pid
@@ -60,9 +52,9 @@ def _stop(process: subprocess.Popen) -> list[str]:
             os.killpg(group, signal.SIGKILL)
             process.wait(10)
     deadline = time.monotonic() + 30
-    while _group_alive(group) and time.monotonic() < deadline:
+    while group_alive(group) and time.monotonic() < deadline:
         time.sleep(0.5)
-    return [f"process group {group} ({' '.join(process.args[1:2])})"] if _group_alive(group) else []
+    return [f"process group {group} ({' '.join(process.args[1:2])})"] if group_alive(group) else []
 
 
 @contextmanager
