@@ -23,7 +23,8 @@ table's data, position-delete and equality-delete files and its snapshots, and t
 a whole: the freshness of each change (from its hand-over to the producer to the commit of the Iceberg snapshot that
 holds it, found from the writer's record of when it emitted the change and when it took each checkpoint), the
 writer's throughput, failed commits, the CPU of the writer's JVM and of the arm's maintenance (over each process
-tree, exited children included), and the rows at the end against the state the changes should leave.
+tree, exited children included; arm 1's split by task and by Airflow component, ``devkit/task_cpu.py``), and the
+rows at the end against the state the changes should leave.
 
 Figures are printed and written (``--out``: ``peers.json`` and one PNG per measure, every arm on the same axes);
 none is asserted. The run fails only when an arm did not do what the measurement assumes.
@@ -70,6 +71,7 @@ from devkit.cdc import MERGE_ON_READ, CdcJob, ChangeStream, create_cdc_table
 from devkit.kafka_broker import KafkaBroker
 from devkit.live_airflow import process_cpu
 from devkit.tables import drop_table
+from devkit.task_cpu import TaskCpu
 from devkit.writers import BatchChangesJob, run_statements, spark_job_hook
 from scripts import stacks
 
@@ -161,6 +163,9 @@ class ArmResult:
     holds: list[dict[str, Any]] = field(default_factory=list)
     compactions_t: list[float] = field(default_factory=list)  # arm 1: when each run ended, s from the start
     pause_split_s: dict[str, float] = field(default_factory=dict)  # arm 1: where the pauses went, medians
+    #: Arm 1: where its maintenance CPU went, CPU seconds by task of the compaction DAG (summed over its runs) and
+    #: by Airflow's own components (devkit/task_cpu.py), and how many runs and worker slots.
+    cpu_split_s: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -371,6 +376,7 @@ def run_arm(
     stream = ChangeStream(kafka, topic, load.keys, seed=SEED)
     compactor = UngatedCompactor(config, load.interval, work) if arm == "ungated-retry" else None
     airflow_cpu0 = airflow.cpu_by_component() if airflow is not None else {}
+    task_cpu = TaskCpu(airflow).start() if airflow is not None else None
     batch = (
         BatchChangesJob(
             config,
@@ -413,6 +419,8 @@ def run_arm(
         if airflow is not None:
             pause_when_no_run_pending(airflow, table)
             airflow_cpu = airflow.cpu_by_component()
+        if task_cpu is not None:
+            task_cpu.stop()
     try:
         batch_rows = (result.batch.get("rows", 0), result.batch.get("digest", 0))
         result.rows = wait_for_rows(job, sampler, stream, batch_rows, timeout=300)
@@ -456,6 +464,8 @@ def run_arm(
         if batch is not None:
             result.holds = holds(gate, table, batch.writer_id, since=began - 60)
         result.pause_split_s = pause_split(airflow, table, since=began - 60)
+        assert task_cpu is not None
+        result.cpu_split_s = cpu_split(task_cpu, airflow_cpu0, airflow_cpu, len(records))
         result.compactions_t = sorted(
             r["finished_at"].timestamp() - began for r in records if r["outcome"] == "success" and r["finished_at"]
         )
@@ -594,6 +604,30 @@ def pause_split(airflow: Any, table: TableName, since: float) -> dict[str, float
     return {k: statistics.median(v) for k, v in split.items() if v} | {"runs": len(split["idle"])}
 
 
+def cpu_split(task_cpu: TaskCpu, before: dict[str, float], after: dict[str, float], runs: int) -> dict[str, Any]:
+    """Arm 1's maintenance CPU, split: each task of the compaction DAG (and any other DAG's task) over every run and
+    try, the LocalExecutor's workers while idle, and each of Airflow's components beyond its workers."""
+    used = {name: after[name] - before.get(name, 0.0) for name in after}
+    tasks = task_cpu.by_task()
+    workers = sum(t.cpu_seconds for t in tasks) + task_cpu.idle_workers_seconds
+    # The workers are the scheduler's children: what is left of its CPU is its own loop's.
+    airflow_own = {name: cpu for name, cpu in used.items() if name != "scheduler"}
+    airflow_own["scheduler (beyond its workers)"] = used.get("scheduler", 0.0) - workers
+    return {
+        "runs": runs,
+        "tasks": {
+            (t.task_id if t.dag_id.startswith("iceberg_compact__") else f"{t.dag_id}.{t.task_id}"): {
+                "cpu_s": t.cpu_seconds,
+                "workloads": t.workloads,
+            }
+            for t in tasks
+        },
+        "idle_workers": round(task_cpu.idle_workers_seconds, 2),
+        "airflow": {name: round(cpu, 2) for name, cpu in airflow_own.items()},
+        "total": round(sum(used.values()), 2),
+    }
+
+
 def pause_when_no_run_pending(airflow: Any, table: TableName, timeout: float = 600) -> None:
     """Pause the table's compaction DAG once no run of it is queued or running. The scheduler schedules no task of
     a paused DAG, so a run the watch started just before the pause would wait for ever: the DAG is unpaused again
@@ -717,12 +751,35 @@ def report_runs(results: list[ArmResult], load: Load) -> None:
             f"+ the longest pause {pause:.1f} s = "
             f"{bound:.1f} s: {'within' if ours.freshness_s['p95'] <= bound else 'OVER'}"
         )
+    if ours is not None and ours.cpu_split_s:
+        report_cpu_split(ours, next((r for r in results if r.arm == "ungated-retry"), None))
     if ours is not None and ours.pause_split_s.get("runs"):
         split = ours.pause_split_s
         print(
             f"- airflow-iceberg's pauses, medians of {split['runs']:.0f} rewriting runs: writers idle "
             f"{split['idle']:.1f} s, Spark application {split['spark']:.1f} s, close_gate and open_gate "
             f"{split['gate_tasks']:.1f} s, Airflow between those tasks {split['between_tasks']:.1f} s"
+        )
+
+
+def report_cpu_split(ours: ArmResult, ungated: ArmResult | None) -> None:
+    """Where airflow-iceberg's maintenance CPU went, beside ungated-retry's total."""
+    split = ours.cpu_split_s
+    runs = max(int(split["runs"]), 1)
+    print(f"- airflow-iceberg's maintenance CPU, {split['total']:.1f} s over {split['runs']} runs, by where it went:")
+    print("| where | CPU s | per run | worker slots |")
+    print("|---|---:|---:|---:|")
+    for task_id, cost in split["tasks"].items():
+        print(f"| task {task_id} | {cost['cpu_s']:.1f} | {cost['cpu_s'] / runs:.1f} | {cost['workloads']} |")
+    print(f"| LocalExecutor workers, idle | {split['idle_workers']:.1f} | | |")
+    for name, cpu in split["airflow"].items():
+        print(f"| Airflow: {name} | {cpu:.1f} | | |")
+    if ungated is not None and "maintenance" in ungated.cpu_s:
+        theirs = ungated.cpu_s["maintenance"]
+        verdict = "at most" if split["total"] <= theirs else "OVER"
+        print(
+            f"- maintenance CPU: airflow-iceberg {split['total']:.1f} s, ungated-retry {theirs:.1f} s in the same "
+            f"run ({ungated.commits.get('rewrites_done', 0)} rewrites): {verdict} ungated-retry's"
         )
 
 
