@@ -35,7 +35,7 @@ from devkit.bench import COLUMNS, PHYSICAL_TARGET, RUNS, report_writer
 from devkit.bench import _row as bench_row
 from devkit.demo import DEMO_TABLE
 from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, LiveAirflow, logged_at
-from devkit.live_ingest import CompactionFigures, RunTimes, measure
+from devkit.live_ingest import CompactionFigures, RunTimes, closed_spell, measure
 from devkit.spark_standalone import CONN_ID, standalone_cluster
 from devkit.tables import drop_table
 from devkit.writers import IngestJob
@@ -100,11 +100,7 @@ def main() -> int:
                 times = RunTimes.of_live_run(airflow, dag_id, run)
                 figures.append(measure(times, BENCH_TABLE, job))
                 ready = logged_at(airflow.task_log(dag_id, times.run_id, REWRITE_TASK_ID), READY_LINE)
-                closed = next(
-                    r["at"]
-                    for r in WriteGateHook(config.write_gate_conn_id).audit_trail(BENCH_TABLE)
-                    if r["owner_run_id"] == times.run_id and r["action"] == "close"
-                )
+                closed, _ = closed_spell(WriteGateHook(config.write_gate_conn_id), BENCH_TABLE, times.run_id)
                 startups.append(((ready - times.rewrite_start).total_seconds(), (closed - ready).total_seconds()))
         finally:
             final = job.stop()

@@ -210,6 +210,16 @@ def driver_started(root: psutil.Process, procedure: str) -> bool:
     return any(p.name().startswith("python") for p in spark_jobs(root, procedure))
 
 
+def rewrite_submit(table: TableName) -> psutil.Process | None:
+    """The spark-submit of ``table``'s rewrite job, anywhere on the machine, if one runs (its arguments name the
+    table): a live Airflow's task runs it, not a process of ours."""
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "org.apache.spark.deploy.SparkSubmit" in cmdline and str(table) in cmdline:
+            return process
+    return None
+
+
 def alive(process: psutil.Process) -> bool:
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
@@ -772,15 +782,6 @@ def warehouse_unwritable(bench: FaultBench) -> Outcome:
 # --- a pre-started rewrite (prestart_spark), on the live Airflow ------------------------------------------------
 
 
-def _rewrite_submit() -> psutil.Process | None:
-    """The spark-submit of the table's rewrite job, if one runs (its arguments name the table)."""
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        if "org.apache.spark.deploy.SparkSubmit" in cmdline and str(TABLE) in cmdline:
-            return process
-    return None
-
-
 @dataclass
 class HeldRun:
     """A pre-started run of the table's compaction DAG on the live Airflow, and what its row needs."""
@@ -830,7 +831,7 @@ def prestarted_rewrite_killed_before_the_go(bench: FaultBench) -> Outcome:
     settings = {"lease_seconds": 30, "max_pause_seconds": 300, "deferrable": True, "poke_interval": 1}
     with _held_prestarted_run(bench, **settings) as held:
         wait_for("the gate to close", lambda: bench.gate.get_state(TABLE).state == "closed", 600)
-        spark_submit = wait_for("the rewrite's spark-submit", _rewrite_submit, 60)
+        spark_submit = wait_for("the rewrite's spark-submit", lambda: rewrite_submit(TABLE), 60)
         application = [spark_submit, *spark_submit.children(recursive=True)]
         spark_submit.parent().kill()  # the task's process, and only it: it tells nobody anything
         killed = time.monotonic()

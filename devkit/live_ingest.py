@@ -120,6 +120,15 @@ class RunTimes:
         )
 
 
+def closed_spell(gate: WriteGateHook, table: TableName, run_id: str) -> tuple[datetime, datetime]:
+    """When run ``run_id`` closed ``table``'s gate and when it opened it again, from the gate's audit trail."""
+    trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == run_id]
+    return (
+        next(r["at"] for r in trail if r["action"] == "close"),
+        next(r["at"] for r in trail if r["action"] == "open"),
+    )
+
+
 def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | None = None) -> CompactionFigures:
     """Figures of the finished DAG run ``run`` (a :class:`RunTimes`, or a ``dag.test()`` run) on ``table`` while
     ``job`` was writing to it.
@@ -128,9 +137,7 @@ def measure(run: Any, table: TableName, job: IngestJob, gate: WriteGateHook | No
     """
     times = run if isinstance(run, RunTimes) else RunTimes.of_dag_run(run)
     gate = gate or WriteGateHook()
-    trail = [r for r in gate.audit_trail(table) if r["owner_run_id"] == times.run_id]
-    closed_at = next(r["at"] for r in trail if r["action"] == "close")
-    opened_at = next(r["at"] for r in trail if r["action"] == "open")
+    closed_at, opened_at = closed_spell(gate, table, times.run_id)
     data_result = times.results.get("rewrite_data_files") or {}
     batches = job.batches()
     interval = commit_interval(batches)

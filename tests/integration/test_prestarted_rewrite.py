@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import time
 
-import psutil
-
 from airflow_iceberg.core.gate_work import WORK_TABLE
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from devkit.faults import alive, rewrite_submit
 from devkit.live_airflow import logged_at
 from devkit.tables import data_file_paths
 from devkit.writers import write_small_files
@@ -101,22 +100,6 @@ def test_an_idle_wait_that_fails_before_the_go_ends_the_application_without_a_ca
     assert gate_hook.get_state(table).state == "open"
 
 
-def rewrite_application(table: TableName) -> psutil.Process | None:
-    """The spark-submit of the rewrite of ``table``, if it runs (its arguments name the table)."""
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        if "org.apache.spark.deploy.SparkSubmit" in cmdline and str(table) in cmdline:
-            return process
-    return None
-
-
-def alive(process: psutil.Process) -> bool:
-    try:
-        return process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def test_a_rewrite_killed_before_the_go_calls_nothing_and_writers_resume_within_a_lease(
     unique_name, table_config, gate_hook, gate_writer, live_airflow
 ):
@@ -141,7 +124,7 @@ def test_a_rewrite_killed_before_the_go_calls_nothing_and_writers_resume_within_
     with writer.writing(lambda: None):
         run_id = live_airflow.trigger(dag_id, EVERYTHING)
         live_airflow.wait_for("the gate to close", lambda: gate_hook.get_state(table).state == "closed", 600, 0.2)
-        spark_submit = live_airflow.wait_for("the rewrite's spark-submit", lambda: rewrite_application(table), 60)
+        spark_submit = live_airflow.wait_for("the rewrite's spark-submit", lambda: rewrite_submit(table), 60)
         application = [spark_submit, *spark_submit.children(recursive=True)]
         task = spark_submit.parent()
         task.kill()  # SIGKILL of the task's process, and only it: it says nothing to anybody
