@@ -1,9 +1,9 @@
 """Plan a run from table health before the gate closes, and record every run, skipped ones included.
 
-``plan_compaction`` (:class:`PlanCompactionOperator`) follows ``check_run_params``: it reads the table's health
-from metadata (``health.read_health``), decides (``health.make_plan``) and pushes the plan to XCom. With nothing
-to do, or on a dry run, it writes the run's record and skips everything after it, so no gate is closed and no
-Spark application starts. Otherwise each rewrite takes the predicate the plan gives it.
+``plan_compaction`` (:class:`PlanCompactionOperator`) checks the run's Params (``run_params.RunParamsCheck``),
+then reads the table's health from metadata (``health.read_health``), decides (``health.make_plan``) and pushes
+the plan to XCom. With nothing to do, or on a dry run, it writes the run's record and skips everything after it,
+so no gate is closed and no Spark application starts. Otherwise each rewrite takes the predicate the plan gives it.
 
 ``record_run`` (:class:`RecordRunOperator`) is the run's last teardown: whatever the rewrites did, it completes
 the record with the table's health after, the seconds the gate was closed and the rewrites took, and the outcome.
@@ -21,12 +21,13 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iceberg.core.conflicts import GuardedWork
 from airflow_iceberg.core.gate_state import AuditAction
+from airflow_iceberg.core.iceberg_runtime import IcebergRuntime
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import WriteGateUnreachableError
 from airflow_iceberg.hooks.catalogs import load_iceberg_table
 from airflow_iceberg.hooks.run_records import FAILURE_XCOM_KEY, Outcome
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
-from airflow_iceberg.operators.run_params import overrides_from_params
+from airflow_iceberg.operators.run_params import RunParamsCheck, overrides_from_params
 from airflow_iceberg.planning.health import HealthThresholds, read_health
 from airflow_iceberg.planning.history import Observation, observe_writers
 from airflow_iceberg.planning.plan import Decision, plan_table
@@ -69,8 +70,12 @@ def health_watch_reasons(context: Mapping[str, Any]) -> list[str]:
     return reasons
 
 
-class PlanCompactionOperator(ShortCircuitOperator):
-    """Read the table's health and plan the run; end it here when nothing needs a rewrite, or on a dry run.
+class PlanCompactionOperator(ShortCircuitOperator, RunParamsCheck):
+    """Check the run's Params, read the table's health and plan the run; end it here when nothing needs a rewrite,
+    or on a dry run.
+
+    The check comes first (:class:`RunParamsCheck`: a bad Param or predicate fails the task, naming it, before
+    anything changes), on the table the plan then reads: one task process and one table load a run for both.
 
     Pushes the plan to XCom under ``plan``: the decision and its reason, the predicate and partitions of each
     rewrite that runs, and the health (totals, and every partition needing work with its reasons). A rewrite
@@ -84,7 +89,9 @@ class PlanCompactionOperator(ShortCircuitOperator):
     :param thresholds: When a partition needs work; None to rewrite whatever health says.
     :param options: The DAG's ``rewrite_data_files`` options (its target file size defines small files).
     :param without_health: The decision and reason recorded when ``thresholds`` is None.
-    :param check_task_id: The task whose return value holds each rewrite's predicate.
+    :param where: Per procedure, the table's Spark SQL predicate, a template (rendered only if the run uses it).
+    :param iceberg_runtime: The Iceberg of the table's Spark jobs, if known: an option the run asks for that it
+        lacks fails, naming the version.
     """
 
     def __init__(
@@ -96,7 +103,8 @@ class PlanCompactionOperator(ShortCircuitOperator):
         thresholds: HealthThresholds | None,
         options: Mapping[str, Any] | None = None,
         without_health: tuple[Decision, str] = (Decision.FULL, "health planning is off for this DAG"),
-        check_task_id: str = "check_run_params",
+        where: Mapping[str, str | None] | None = None,
+        iceberg_runtime: IcebergRuntime | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(python_callable=self._plan, ignore_downstream_trigger_rules=True, **kwargs)
@@ -106,7 +114,8 @@ class PlanCompactionOperator(ShortCircuitOperator):
         self.thresholds = thresholds
         self.options = dict(options or {})
         self.without_health = without_health
-        self.check_task_id = check_task_id
+        self.where = dict(where or {})
+        self.iceberg_runtime = iceberg_runtime
 
     def _plan(self, **context: Any) -> bool:
         try:
@@ -144,11 +153,15 @@ class PlanCompactionOperator(ShortCircuitOperator):
 
     def _plan_and_record(self, context: Mapping[str, Any]) -> bool:
         ti = context["ti"]
-        overrides = overrides_from_params(context["params"], parse_where=False)  # checked by check_run_params
-        predicates = ti.xcom_pull(task_ids=self.check_task_id)
-        if predicates is None:
-            raise RuntimeError(f"{self.check_task_id} returned no predicates")
-        iceberg_table = load_iceberg_table(self.iceberg_conn_id, self.table)
+        loaded: list[Any] = []  # the table, loaded once: by the check if a predicate needs its schema, else here
+
+        def schema() -> Any:
+            loaded.append(self._load_table())
+            return loaded[0].schema()
+
+        predicates = self.check_run_params(context, schema)
+        overrides = overrides_from_params(context["params"], parse_where=False)  # checked just now
+        iceberg_table = loaded[0] if loaded else self._load_table()
         thresholds = self.thresholds or HealthThresholds()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
         health, plan = plan_table(

@@ -1,21 +1,21 @@
 """Manual runs with their own settings: the trigger form's Params and their checks.
 
 Both DAG kinds declare these Params, each with a JSON schema and a description, so the UI's trigger form shows
-them. ``check_run_params`` (:class:`CheckRunParamsOperator`), the first task of each DAG, validates them with the
-same checks that build the ``CALL`` and fails, naming the parameter, before the gate closes. The plan that
-follows (``operators/plan.py``) ends dry runs and runs with nothing to do; the rewrite tasks apply the same
-Params (:func:`overrides_from_params`).
+them. ``plan_compaction``, the first task of each DAG (``operators/plan.py``), validates them first
+(:class:`RunParamsCheck`) with the same checks that build the ``CALL`` and fails, naming the parameter, before the
+gate closes; then it ends dry runs and runs with nothing to do. The rewrite tasks apply the same Params
+(:func:`overrides_from_params`).
 """
 
 from __future__ import annotations
 
 import difflib
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from airflow.sdk import BaseOperator, Context, Param
+from airflow.sdk import Param
 
 from airflow_iceberg.core.iceberg_runtime import IcebergRuntime, check_options
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES, normalize_arguments, normalize_options
@@ -124,8 +124,8 @@ def overrides_from_params(
 ) -> RunOverrides:
     """Validate a run's Params, for the table's Iceberg if known; raise ValueError naming the first bad parameter.
 
-    ``parse_where=False`` takes the run's predicates as they are: for the tasks after ``check_run_params``, which
-    parsed each of them once."""
+    ``parse_where=False`` takes the run's predicates as they are: for the tasks after the check
+    (:meth:`RunParamsCheck.check_run_params`), which parsed each of them once."""
     options: dict[str, dict[str, Any]] = defaultdict(dict)
     arguments: dict[str, dict[str, Any]] = defaultdict(dict)
     for param, option in _OPTION_PARAMS.items():
@@ -190,10 +190,12 @@ def check_known_params(params: Mapping[str, Any], declared: Collection[str]) -> 
     )
 
 
-class CheckRunParamsOperator(BaseOperator):
-    """Validate the run's Params and the predicate each rewrite will use; return those predicates.
+class RunParamsCheck:
+    """The check of a run's Params and of the predicate each rewrite will use, which ``plan_compaction``
+    (:class:`~airflow_iceberg.operators.plan.PlanCompactionOperator`) runs first, on the table it then plans from:
+    one task, one read of the table, before the gate closes.
 
-    Invalid values fail this task, naming the parameter, so the gate is never closed; they are not retried.
+    Invalid values fail the task, naming the parameter, so the gate is never closed; they are not retried.
     Each rewrite's predicate (the run's own ``<procedure>_where`` or ``where``, or else the table's, rendered
     here) is parsed as one Spark SQL filter and its columns are checked against the table's schema, so a
     predicate Spark would refuse fails here, before the gate closes, and not in a rewrite while writers wait. A
@@ -204,62 +206,42 @@ class CheckRunParamsOperator(BaseOperator):
     A key of the run's conf that is no Param of the DAG (a typo such as ``wher``) fails here, naming it and the
     nearest Param.
 
-    Returns (to XCom) ``{procedure: predicate or None}``, which ``plan_compaction`` narrows to the partitions
-    that need work.
+    Gives ``{procedure: predicate or None}``, which the plan narrows to the partitions that need work.
 
-    :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
-    :param iceberg_conn_id: Iceberg connection of the table's catalog.
-    :param where: Per procedure, its Spark SQL predicate, a template (rendered here only if the run uses it).
-    :param write_gate_conn_id: Where a refused run is recorded (``iceberg_compaction_run``); None: not recorded.
-    :param iceberg_runtime: The Iceberg of the table's Spark jobs, if known: an option the run asks for that it
-        lacks fails here, naming the version.
+    Set by the operator: ``table`` (:class:`TableName`), ``iceberg_conn_id``, ``where`` (per procedure, its Spark
+    SQL predicate, a template rendered only if the run uses it) and ``iceberg_runtime`` (the Iceberg of the
+    table's Spark jobs, if known: an option the run asks for that it lacks fails, naming the version).
     """
 
-    def __init__(
-        self,
-        *,
-        table: TableName | str,
-        iceberg_conn_id: str,
-        where: Mapping[str, str | None] | None = None,
-        write_gate_conn_id: str | None = None,
-        iceberg_runtime: IcebergRuntime | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self.table = TableName.of(table)
-        self.iceberg_conn_id = iceberg_conn_id
-        self.where = dict(where or {})
-        self.write_gate_conn_id = write_gate_conn_id
-        self.iceberg_runtime = iceberg_runtime
+    table: TableName
+    iceberg_conn_id: str
+    where: dict[str, str | None]
+    iceberg_runtime: IcebergRuntime | None
 
     def _declared_params(self) -> set[str]:
         """The Params the DAG and this task declare (a run's conf is merged into ``params`` beside them)."""
-        declared = set(run_params()) | set(self.params or {})
-        if self.has_dag():
-            declared |= set(self.dag.params or {})
+        operator: Any = self
+        declared = set(run_params()) | set(operator.params or {})
+        if operator.has_dag():
+            declared |= set(operator.dag.params or {})
         return declared
 
     def _load_table(self) -> Any:
         """The table, as pyiceberg reads it through the Iceberg connection."""
         return load_iceberg_table(self.iceberg_conn_id, self.table)
 
-    def execute(self, context: Context) -> dict[str, str | None]:
-        try:
-            return self._check(**context)
-        except Exception as error:
-            if self.write_gate_conn_id:
-                from airflow_iceberg.hooks.write_gate import WriteGateHook, run_owner
-
-                owner = run_owner(context)
-                WriteGateHook(self.write_gate_conn_id).records.record_failed_run(
-                    self.table, owner.dag_id, owner.run_id, self.task_id, error
-                )
-            raise
-
     def _check(self, **context: Any) -> dict[str, str | None]:
+        """The check on the table as it is now (:meth:`check_run_params`, loading the table itself)."""
+        return self.check_run_params(context, lambda: self._load_table().schema())
+
+    def check_run_params(self, context: Mapping[str, Any], schema_of: Callable[[], Any]) -> dict[str, str | None]:
+        """The run's predicates, each checked against the table's schema, from ``schema_of``; :class:`RunParamsError`
+        names what is wrong. The Params and the rendering are checked first: a typo or a predicate the run cannot
+        render fails even with the catalog down, and ``schema_of`` is called only when a predicate needs it."""
         from airflow_iceberg.exceptions import PredicateError, PredicateTypeError
         from airflow_iceberg.planning.predicates import check_columns, parse_predicate, to_pyiceberg
 
+        log = cast(Any, self).log
         check_known_params(context["params"], self._declared_params())
         try:  # its predicates are parsed below, each once
             overrides = overrides_from_params(context["params"], self.iceberg_runtime, parse_where=False)
@@ -276,18 +258,20 @@ class CheckRunParamsOperator(BaseOperator):
             else:
                 what = f"the table's where for {procedure}"
                 chosen[procedure] = (what, render_predicate(self, self.where.get(procedure), context, what), True)
-        schema = self._load_table().schema()
         checked: set[tuple[str, str, bool]] = set()  # one predicate for both procedures is checked once
+        schema = None
         for procedure, (what, where, rendered) in chosen.items():
             if where is None:
-                self.log.info("%s will rewrite the whole table", procedure)
+                log.info("%s will rewrite the whole table", procedure)
                 continue
             if (what, where, rendered) in checked:
-                self.log.info("%s will use %s: %s", procedure, what, where)
+                log.info("%s will use %s: %s", procedure, what, where)
                 continue
             checked.add((what, where, rendered))
             try:
                 predicate = parse_predicate(where, what=what, rendered=rendered)
+                if schema is None:
+                    schema = schema_of()
                 check_columns(predicate, schema, self.table, what=what)
                 try:
                     to_pyiceberg(predicate, schema, what=what)
@@ -298,5 +282,5 @@ class CheckRunParamsOperator(BaseOperator):
                         raise
             except PredicateError as error:
                 raise RunParamsError(str(error)) from None
-            self.log.info("%s will use %s: %s", procedure, what, where)
+            log.info("%s will use %s: %s", procedure, what, where)
         return {procedure: where for procedure, (_, where, _) in chosen.items()}

@@ -32,7 +32,7 @@ from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, Remov
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
 from airflow_iceberg.operators.procedure import IcebergProcedureOperator
 from airflow_iceberg.operators.rewrite import IcebergRewriteOperator, table_asset
-from airflow_iceberg.operators.run_params import CheckRunParamsOperator, run_params
+from airflow_iceberg.operators.run_params import run_params
 from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWriteGateOperator
 from airflow_iceberg.planning.plan import Decision
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
@@ -126,10 +126,10 @@ def _gated_rewrites(
     *,
     full: bool,
 ):
-    """check_run_params >> plan_compaction >> [close_gate >> wait_until_snapshot_idle, rewrite_files] >> open_gate.
+    """plan_compaction >> [close_gate >> wait_until_snapshot_idle, rewrite_files] >> open_gate.
 
-    ``check_run_params`` validates a manual run's Params and renders each rewrite's predicate; ``plan_compaction``
-    reads the table's health and ends the run there (skipping everything after it, teardowns included) on a dry
+    ``plan_compaction`` validates a manual run's Params and renders each rewrite's predicate, then reads the
+    table's health and ends the run there (skipping everything after it, teardowns included) on a dry
     run or when nothing needs work. ``rewrite_files`` runs the rewrites the plan gives a predicate, each with
     that predicate, one after another in one Spark application.
 
@@ -151,16 +151,6 @@ def _gated_rewrites(
     table, gate_conn = config.table, config.write_gate_conn_id
     prestart = config.prestart_spark and config.spark_slots is None
     wait_for_go = WORK_READY_SECONDS + config.gate_wait_seconds + config.max_pause_seconds
-    check = CheckRunParamsOperator(
-        task_id="check_run_params",
-        table=table,
-        iceberg_conn_id=config.catalog_conn_id,
-        where={procedure: where for procedure, _, where in rewrites},
-        write_gate_conn_id=config.write_gate_conn_id,
-        iceberg_runtime=config.spark.iceberg_runtime(),
-        doc_md=docs.CHECK_RUN_PARAMS,
-        **RETRIES["check"],
-    )
     health = None if full or not config.health.enabled else config.health.thresholds()
     without_health = (
         (Decision.FULL, "the daily full rewrite rewrites whatever the health")
@@ -175,6 +165,8 @@ def _gated_rewrites(
         thresholds=health,
         options=rewrites[0][1],
         without_health=without_health,
+        where={procedure: where for procedure, _, where in rewrites},
+        iceberg_runtime=config.spark.iceberg_runtime(),
         doc_md=docs.plan_compaction(config, full),
         **RETRIES["check"],
     )
@@ -244,13 +236,13 @@ def _gated_rewrites(
         doc_md=docs.record_run(config),
         **RETRIES["check"],
     )
-    _add(dag, [check, plan, close_gate, wait, rewrite, open_gate, record])
+    _add(dag, [plan, close_gate, wait, rewrite, open_gate, record])
     if prestart:
-        chain(check, plan, close_gate, wait)
+        chain(plan, close_gate, wait)
         plan >> rewrite
         [wait, rewrite] >> open_gate.as_teardown(setups=close_gate)
     else:
-        chain(check, plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
+        chain(plan, close_gate, wait, rewrite, open_gate.as_teardown(setups=close_gate))
     open_gate >> record.as_teardown(setups=plan)
     return open_gate, rewrite
 

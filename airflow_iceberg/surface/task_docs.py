@@ -27,14 +27,6 @@ def _force_open(config: TableConfig) -> str:
     )
 
 
-CHECK_RUN_PARAMS = (
-    "Checks this run's Params (the trigger form, or the REST API's `conf`) and renders each rewrite's predicate, "
-    "before anything is paused; returns the predicates for `plan_compaction`.\n\n"
-    "**If it fails**, the message names the bad parameter or predicate. Nothing was changed: the gate was never "
-    "closed. A run without a logical date (triggered with `logical_date: null`) needs its own `where` in its "
-    "`conf` when the table's predicate uses the date (`ds`, `logical_date`, ...)."
-)
-
 REWRITE_MANIFESTS = (
     "Rewrites the table's manifests (`rewrite_manifests`) after the gate is open again: metadata only, and it "
     "never pauses writers.\n\n**If it fails**, it retries later; the table is as it was."
@@ -56,11 +48,16 @@ def plan_compaction(config: TableConfig, full: bool) -> str:
             "partitions that need it. The trigger form's `force` rewrites regardless."
         )
     return (
-        f"Reads the health of `{config.table}` from its metadata (no Spark) and plans the run. {what} The plan "
+        "Checks this run's Params (the trigger form, or the REST API's `conf`) and renders each rewrite's "
+        f"predicate, before anything is paused. Then reads the health of `{config.table}` from its metadata (no "
+        f"Spark) and plans the run. {what} The plan "
         "(decision, reason, partitions and predicate per rewrite, health) is in XCom `plan`; a dry run ends here "
         "with it. The run's record (MySQL table `iceberg_compaction_run`) is written here, and completed by "
         "`record_run`.\n\n"
-        "**If it fails**, the catalog or the gate's database could not be read; it retries. Nothing was changed."
+        "**If it fails**, the message names the bad parameter or predicate (not retried), or the catalog or the "
+        "gate's database could not be read (retried). Nothing was changed: the gate was never closed. A run without "
+        "a logical date (triggered with `logical_date: null`) needs its own `where` in its `conf` when the table's "
+        "predicate uses the date (`ds`, `logical_date`, ...)."
     )
 
 

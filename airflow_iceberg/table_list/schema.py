@@ -373,7 +373,7 @@ class TableConfig(BaseModel):
                     "predicate is never taken to mean the whole table)"
                 )
             if text is not None and not may_hold_template(text):
-                # Without a template it is final now: refuse it here, not in every run's check_run_params. (sqlglot
+                # Without a template it is final now: refuse it here, not in every run's plan_compaction. (sqlglot
                 # is imported only for such a table; a templated predicate is checked once rendered, in each run.)
                 from airflow_iceberg.exceptions import PredicateError
                 from airflow_iceberg.planning.predicates import parse_predicate

@@ -27,7 +27,11 @@ def test_shipped_dag_folder_loads_without_import_errors(monkeypatch):
     assert bag.import_errors == {}
     assert {"iceberg_compact__lake__demo__events", "iceberg_full_rewrite__lake__demo__events"} <= set(bag.dag_ids)
     dag = bag.get_dag("iceberg_compact__lake__demo__events")
-    assert [t.task_id for t in dag.topological_sort()][:3] == ["check_run_params", "plan_compaction", "close_gate"]
+    assert [t.task_id for t in dag.topological_sort()][:3] == [
+        "plan_compaction",
+        "close_gate",
+        "wait_until_snapshot_idle",
+    ]
 
 
 #: Three tables, the second with a lease that is not a number.

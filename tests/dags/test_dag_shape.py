@@ -11,7 +11,6 @@ from airflow_iceberg.surface.dag_factory import WORK_READY_SECONDS, build_compac
 from airflow_iceberg.table_list.schema import TableConfig
 
 CHAIN = [
-    "check_run_params",
     "plan_compaction",
     "close_gate",
     "wait_until_snapshot_idle",
@@ -92,11 +91,11 @@ def test_health_thresholds_reach_the_plan_and_the_full_rewrite_plans_without_the
     assert make_full_rewrite_dag().get_task("plan_compaction").thresholds is None
 
 
-def test_a_predicate_per_procedure_reaches_the_check_and_only_through_the_plan_the_rewrite():
+def test_a_predicate_per_procedure_reaches_the_plan_and_only_through_the_plan_the_rewrite():
     where = {"rewrite_data_files": 'dt >= "20240620"'}
     dag = make_dag(where=where)
-    assert dag.get_task("check_run_params").where == {**where, "rewrite_position_delete_files": None}
-    # The check renders it, the plan narrows it: the rewrite's CALLs take the plan's predicates, and nothing else.
+    assert dag.get_task("plan_compaction").where == {**where, "rewrite_position_delete_files": None}
+    # The plan renders and checks it, then narrows it: the rewrite's CALLs take the plan's predicates, and nothing else.
     rewrite = dag.get_task("rewrite_files")
     assert (rewrite.where, rewrite.plan_task_id) == ({}, "plan_compaction")
 
@@ -157,7 +156,7 @@ def test_table_settings_reach_the_tasks():
         "rewrite_data_files": {**folding, "target-file-size-bytes": 134217728},
         "rewrite_position_delete_files": {"rewrite-all": True},
     }
-    assert dag.get_task("check_run_params").where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
+    assert dag.get_task("plan_compaction").where == dict.fromkeys(rewrite.procedures, "dt >= '{{ ds_nodash }}'")
     assert rewrite.where == {}  # the plan's predicates are the CALLs' own
     assert rewrite._conn_id == "spark_yarn"
     assert rewrite.packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
@@ -203,11 +202,11 @@ def make_full_rewrite_dag(**settings):
 
 def render_where(dag, logical_date: str) -> str:
     """The data-file rewrite's where predicate rendered for a run on ``logical_date``, as Jinja renders it in
-    check_run_params (the plan narrows it for the rewrite)."""
+    plan_compaction's check (the plan then narrows it for the rewrite)."""
     import pendulum
     from airflow.macros import ds_add
 
-    task = dag.get_task("check_run_params")  # renders the table's where; the plan narrows it for the rewrite
+    task = dag.get_task("plan_compaction")  # its check renders the table's where; the plan narrows it
     moment = pendulum.parse(logical_date)
     context = {"ds": moment.to_date_string(), "logical_date": moment, "macros": type("M", (), {"ds_add": ds_add})}
     return task.render_template(task.where["rewrite_data_files"], context)
@@ -240,7 +239,7 @@ def test_a_day_transform_selects_the_utc_day_of_the_logical_date():
 
 
 def test_without_a_partition_the_full_rewrite_takes_the_whole_table():
-    assert make_full_rewrite_dag().get_task("check_run_params").where == {
+    assert make_full_rewrite_dag().get_task("plan_compaction").where == {
         "rewrite_data_files": None,
         "rewrite_position_delete_files": None,
     }

@@ -109,7 +109,7 @@ def test_a_failed_rewrite_leaves_the_gate_open_the_run_failed_and_the_table_unch
     snapshots_before = snapshot_ids(table)
 
     # The predicate parses and names the table's own column, but compares it with a column, not a value, so
-    # Iceberg cannot select files by it: Spark fails after the gate is closed. (A predicate check_run_params can
+    # Iceberg cannot select files by it: Spark fails after the gate is closed. (A predicate plan_compaction can
     # refuse never gets that far.)
     run = compaction_dag(table, where="id > id + 1").test()
 

@@ -39,7 +39,7 @@ def test_a_bad_param_fails_the_run_before_the_gate_closes(table, compaction_dag,
 
     assert run.state == "failed"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states["check_run_params"] == "failed"
+    assert states["plan_compaction"] == "failed"
     assert states["close_gate"] == "upstream_failed"
     assert WriteGateHook().audit_trail(table) == []  # no close was even attempted
     assert snapshot_id(table) == before
@@ -53,8 +53,8 @@ def test_a_dry_run_reports_the_plan_and_changes_neither_table_nor_gate(table, co
 
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states["check_run_params"] == states["plan_compaction"] == "success"
-    assert {states[t] for t in states if t not in ("check_run_params", "plan_compaction")} == {"skipped"}
+    assert states["plan_compaction"] == "success"
+    assert {states[t] for t in states if t != "plan_compaction"} == {"skipped"}
     plan = run.get_task_instance("plan_compaction").xcom_pull(task_ids="plan_compaction", key="plan")
     assert (plan["decision"], plan["outcome"]) == ("compact", "dry_run")
     assert plan["partitions"] == {"rewrite_data_files": ["(unpartitioned)"]}  # no deletes: nothing for the other
@@ -82,16 +82,14 @@ BAD_PREDICATES = {
 
 @pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry-run"])
 @pytest.mark.parametrize("name", list(BAD_PREDICATES))
-def test_a_predicate_spark_would_refuse_fails_check_run_params_before_the_gate(
-    table, compaction_dag, capfd, name, dry_run
-):
+def test_a_predicate_spark_would_refuse_fails_the_plan_before_the_gate(table, compaction_dag, capfd, name, dry_run):
     predicate, message = BAD_PREDICATES[name]
     before = snapshot_id(table)
 
     run = compaction_dag(table).test(run_conf={"where": predicate, "dry_run": dry_run})
 
     assert run.state == "failed"
-    check = run.get_task_instance("check_run_params")
+    check = run.get_task_instance("plan_compaction")
     assert check.state == "failed"
     assert run.get_task_instance("close_gate").state == "upstream_failed"
     output = capfd.readouterr()
@@ -101,7 +99,7 @@ def test_a_predicate_spark_would_refuse_fails_check_run_params_before_the_gate(
     assert snapshot_id(table) == before
     [record] = WriteGateHook().records.run_records(table)  # never planned, yet recorded
     assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
-    assert record["reason"] == "check_run_params failed (RunParamsError); see its log"
+    assert record["reason"] == "plan_compaction failed (RunParamsError); see its log"
     assert predicate not in str(record) or name == "empty"  # the predicate stays in the task's log
 
 

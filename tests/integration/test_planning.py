@@ -72,7 +72,7 @@ def test_a_healthy_table_is_left_alone_no_gate_no_spark_and_the_record_says_why(
 
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states["check_run_params"] == states["plan_compaction"] == "success"
+    assert states["plan_compaction"] == "success"
     assert {states[task] for task in GATED} == {"skipped"}, states
     assert WriteGateHook().audit_trail(table) == []
     assert load(table).current_snapshot().snapshot_id == before
@@ -93,12 +93,12 @@ def test_a_run_that_fails_before_planning_is_recorded_as_failed_and_never_closes
     run = compaction_dag(table).test()
 
     assert run.state == "failed"
-    assert run.get_task_instance("check_run_params").state == "failed"  # it reads the table's schema
+    assert run.get_task_instance("plan_compaction").state == "failed"  # it reads the table's schema
     assert WriteGateHook().audit_trail(table) == []
     assert spark_submits == []
     [record] = WriteGateHook().records.run_records(table)
     assert (record["decision"], record["outcome"], record["run_id"]) == ("none", "failed", run.run_id)
-    assert record["reason"] == "check_run_params failed (LookupError); see its log"
+    assert record["reason"] == "plan_compaction failed (LookupError); see its log"
     assert record["finished_at"] is not None
 
 

@@ -2,7 +2,7 @@
 
 Airflow 3 lets a run be triggered with ``logical_date: null``; such a run has no ``ds``. A run that gives its
 own ``where`` compacts the table; a run of a table whose ``where`` needs ``ds``, and that gives none, fails in
-``check_run_params`` with a sentence saying so, before the gate was ever closed; so does a run whose conf has a
+``plan_compaction`` with a sentence saying so, before the gate was ever closed; so does a run whose conf has a
 key that is no Param (a typo), naming it and the nearest Param.
 """
 
@@ -29,7 +29,7 @@ def test_a_run_without_logical_date_uses_its_own_where(unique_name, table_config
 
 
 def refused_before_the_gate(live_airflow, gate_hook, table: TableName, conf: dict) -> str:
-    """Trigger ``table``'s compaction DAG with ``conf`` and no logical date; assert that ``check_run_params`` failed
+    """Trigger ``table``'s compaction DAG with ``conf`` and no logical date; assert that ``plan_compaction`` failed
     the run and the gate was never touched; return that task's log."""
     live_airflow.add_tables({"table": str(table), "where": RECENT_DAYS, "full_rewrite": {"schedule": None}})
     dag_id = compaction_dag_id(table)
@@ -39,10 +39,10 @@ def refused_before_the_gate(live_airflow, gate_hook, table: TableName, conf: dic
 
     states = live_airflow.task_states(dag_id, run_id)
     assert run["state"] == "failed"
-    assert states["check_run_params"] == "failed", states
+    assert states["plan_compaction"] == "failed", states
     assert states["close_gate"] == "upstream_failed", states
     assert gate_hook.audit_trail(table) == [], "the gate was touched"
-    return live_airflow.task_log(dag_id, run_id, "check_run_params")
+    return live_airflow.task_log(dag_id, run_id, "plan_compaction")
 
 
 def test_a_run_without_logical_date_needing_ds_fails_before_the_gate(unique_name, gate_hook, live_airflow):

@@ -35,10 +35,10 @@ def test_an_unknown_column_is_refused_naming_it_before_anything_is_written(gate_
 def test_a_run_that_failed_before_it_planned_is_recorded_by_its_errors_type_alone(gate_hook, gate_table):
     error = ConnectionError("mysql+pymysql://admin:s3cret@catalog/iceberg refused")
     dag_id = compaction_dag_id(TableName.parse(gate_table))
-    gate_hook.records.record_failed_run(gate_table, dag_id, "manual__2", "check_run_params", error)
+    gate_hook.records.record_failed_run(gate_table, dag_id, "manual__2", "plan_compaction", error)
     [failed] = gate_hook.records.run_records(gate_table)
     assert (failed["decision"], failed["outcome"]) == ("none", "failed")
-    assert failed["reason"] == "check_run_params failed (ConnectionError); see its log"
+    assert failed["reason"] == "plan_compaction failed (ConnectionError); see its log"
     assert gate_hook.records.failed_runs(3600)[gate_table] == 1
 
 

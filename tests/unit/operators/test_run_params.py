@@ -10,7 +10,8 @@ from pyiceberg.types import LongType, NestedField, TimestamptzType
 
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.exceptions import RunParamsError
-from airflow_iceberg.operators.run_params import CheckRunParamsOperator, overrides_from_params, run_params
+from airflow_iceberg.operators.plan import PlanCompactionOperator
+from airflow_iceberg.operators.run_params import overrides_from_params, run_params
 from airflow_iceberg.surface.dag_factory import build_compaction_dag, build_full_rewrite_dag
 from airflow_iceberg.table_list.schema import TableConfig
 
@@ -85,17 +86,20 @@ def test_a_bad_param_is_refused_by_name(params, named):
 
 
 class FakeIcebergTable:
-    """What check_run_params reads of a table when the run is not a dry run: its schema."""
+    """What the check of a run's Params reads of a table when the run is not a dry run: its schema."""
 
     def schema(self) -> Schema:
         return Schema(NestedField(1, "id", LongType()), NestedField(2, "ts", TimestamptzType()))
 
 
-def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> CheckRunParamsOperator:
-    op = CheckRunParamsOperator(
-        task_id="check_run_params",
+def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> PlanCompactionOperator:
+    """plan_compaction, whose first step is the check (``RunParamsCheck``)."""
+    op = PlanCompactionOperator(
+        task_id="plan_compaction",
         table="lake.db.t",
         iceberg_conn_id="lake",
+        write_gate_conn_id="write_gate_default",
+        thresholds=None,
         where=dict.fromkeys(REWRITE_PROCEDURES, where),
     )
     monkeypatch.setattr(op, "_load_table", FakeIcebergTable)
@@ -150,7 +154,7 @@ def test_partial_progress_on_a_table_whose_iceberg_cannot_check_it_fails_before_
     config = TableConfig(
         table="lake.db.t", spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.5.2"]}
     )
-    check = build_compaction_dag(config).get_task("check_run_params")
+    check = build_compaction_dag(config).get_task("plan_compaction")
     monkeypatch.setattr(check, "_load_table", FakeIcebergTable)
     with pytest.raises(RunParamsError) as refused:
         check._check(params={**DEFAULTS, "partial_progress": True})
@@ -215,7 +219,7 @@ def test_every_unknown_key_is_named_and_one_with_no_near_param_gets_no_guess(mon
 
 def test_the_params_a_dag_declares_are_all_known_to_its_check(monkeypatch):
     dag = build_compaction_dag(TableConfig(table="lake.db.t", iceberg_conn_id="lake"))
-    check = dag.get_task("check_run_params")
+    check = dag.get_task("plan_compaction")
     assert check._declared_params() == set(dag.params)
 
 
@@ -229,5 +233,21 @@ def test_a_runs_own_where_is_parsed_once_by_the_check_and_not_again_by_the_tasks
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     assert op._check(params=params) == dict.fromkeys(REWRITE_PROCEDURES, "id > 1")
     assert parsed == ["id > 1"]  # one predicate for both rewrites: parsed once
-    overrides_from_params(params, parse_where=False)  # plan_compaction and rewrite_files, after the check
+    overrides_from_params(params, parse_where=False)  # the plan after its check, and rewrite_files
     assert parsed == ["id > 1"]
+
+
+def test_a_typo_or_an_unrenderable_predicate_is_named_before_the_table_is_read(monkeypatch):
+    """The check runs first in plan_compaction: what needs no table fails without one, even with the catalog down."""
+    op = check_operator("ts >= '{{ ds }}'", monkeypatch)
+
+    def catalog_down():
+        raise ConnectionError("catalog down")
+
+    monkeypatch.setattr(op, "_load_table", catalog_down)
+    with pytest.raises(RunParamsError, match="the run's conf has 'wher'"):
+        op._check(params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})
+    with pytest.raises(RunParamsError, match="uses the run's logical date"):
+        op._check(params={**DEFAULTS})
+    with pytest.raises(ConnectionError):  # a predicate to check against the columns: now the table is read
+        op._check(params={**DEFAULTS, "where": "id > 1"})

@@ -17,6 +17,7 @@ def test_the_plan_says_what_makes_a_partition_need_work_by_the_tables_own_thresh
     assert "with 7 files under" in text and "over 0.2 of its data records" in text
     assert "Health planning is off" in task_docs.plan_compaction(config(health={"enabled": False}), full=False)
     assert "the daily full rewrite" in task_docs.plan_compaction(config(), full=True)
+    assert "Checks this run's Params" in text and "names the bad parameter or predicate" in text  # its first step
 
 
 def test_the_gate_names_its_spark_slots_only_for_a_table_that_has_them():
@@ -41,7 +42,6 @@ def test_a_stuck_gate_is_opened_with_the_tables_own_command():
         task_docs.open_gate,
         task_docs.expire_snapshots,
         task_docs.remove_orphan_files,
-        lambda c: task_docs.CHECK_RUN_PARAMS,
         lambda c: task_docs.REWRITE_MANIFESTS,
     ],
 )

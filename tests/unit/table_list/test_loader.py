@@ -83,7 +83,7 @@ def test_a_where_without_a_template_that_spark_would_refuse_fails_its_entry_when
             """,
         )
     )
-    # A templated predicate is final only once rendered: each run checks it, in check_run_params.
+    # A templated predicate is final only once rendered: each run checks it, in plan_compaction.
     assert [str(t.table) for t in tables.tables] == ["lake.db.literal", "lake.db.templated"]
     assert tables.errors[0].endswith(
         "tables[0] (lake.db.quote): field 'where': where \"dt >= '2026-11-20\" is not valid Spark SQL: the ' at "
