@@ -20,13 +20,15 @@ class SnapshotFacts:
 
     ``data_files`` and ``delete_files`` are the summary's totals (None if the writer left them out);
     ``added_since`` maps each ancestor snapshot id still in the metadata to the data files its descendants added,
-    up to the current snapshot.
+    up to the current snapshot; ``only_added_since`` holds the ancestors after which no snapshot, up to the current
+    one, removed a file (no rewrite, no delete of a file): the table only grew since.
     """
 
     snapshot_id: int | None
     data_files: int | None = None
     delete_files: int | None = None
     added_since: Mapping[int, int] = field(default_factory=dict)
+    only_added_since: frozenset[int] = frozenset()
 
     @classmethod
     def from_metadata(cls, metadata: Mapping[str, Any]) -> SnapshotFacts:
@@ -36,17 +38,41 @@ class SnapshotFacts:
             return cls(None)
         summary = snapshots[current].get("summary") or {}
         added_since: dict[int, int] = {}
-        added, snapshot = 0, snapshots[current]
+        only_added: set[int] = set()
+        added, grew, snapshot = 0, True, snapshots[current]
         while True:
             # Iceberg writes a count only when it is not zero.
             count = int((snapshot.get("summary") or {}).get("added-data-files", 0))
+            grew = grew and not removes_files(snapshot.get("summary"))
             parent = snapshot.get("parent-snapshot-id")
             if parent is None or parent not in snapshots:
                 break
             added += count
             added_since[parent] = added
+            if grew:
+                only_added.add(parent)
             snapshot = snapshots[parent]
-        return cls(current, _int(summary.get("total-data-files")), _int(summary.get("total-delete-files")), added_since)
+        return cls(
+            current,
+            _int(summary.get("total-data-files")),
+            _int(summary.get("total-delete-files")),
+            added_since,
+            frozenset(only_added),
+        )
+
+
+#: The snapshot summary's counts of files a commit removed (Iceberg's ``SnapshotSummary``), written when not zero.
+_REMOVED_FILE_COUNTS = ("deleted-data-files", "removed-delete-files", "removed-dvs")
+
+
+def removes_files(summary: Mapping[str, Any] | None) -> bool:
+    """Whether a snapshot may have removed a data or delete file (a rewrite, a delete of whole files); True when its
+    summary says too little to tell."""
+    if not summary or "operation" not in summary:
+        return True
+    if summary["operation"] in ("replace", "delete"):
+        return True
+    return any(int(summary.get(key, 0)) for key in _REMOVED_FILE_COUNTS)
 
 
 def _int(value: Any) -> int | None:

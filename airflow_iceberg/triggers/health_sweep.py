@@ -7,7 +7,8 @@ A sweep, for every watched table:
   rows; for any other catalog one ``load_table`` per table, the cheapest call such catalogs offer;
 - reads a table's metadata file (its JSON, without building pyiceberg's model) only when that location changed
   since the last sweep, and its manifests only when the snapshot summary's totals say it may need work
-  (:func:`airflow_iceberg.planning.screen.screen`); a table whose snapshot did not change keeps its last decision;
+  (:func:`airflow_iceberg.planning.screen.screen`); a table whose snapshot did not change keeps its last decision,
+  and so does one that needs work and is held back (below) while its writers only add files (:func:`still_needs_work`);
 - decides by :func:`airflow_iceberg.planning.plan.plan_table`, the rule ``plan_compaction`` applies when the run starts;
 - starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
   or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event
@@ -113,6 +114,7 @@ class TableMemory:
     started_at: float | None = None  # monotonic time of the last event
     started_wall: datetime | None = None  # the same, by the wall clock (UTC), to compare with run records
     run_seen: bool = True  # a run of the DAG was seen queued, running or recorded since the last event
+    held_until: float = 0.0  # monotonic time until which the hold-back keeps the table from starting a run
 
 
 class CatalogSweep:
@@ -264,7 +266,9 @@ class CatalogSweep:
         snapshot_id = facts.snapshot_id
         totals: dict[str, Any] = {"data_files": facts.data_files, "delete_files": facts.delete_files}
         now_ms = int(time.time() * 1000)
-        if last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(thresholds, now_ms):
+        if last_read is not None and still_needs_work(memory):
+            reading = "snapshot summary"  # the last read's need stands: the table waits, and only grew since
+        elif last_read is None or last_read.snapshot_id != snapshot_id or last_read.delete_age_due(thresholds, now_ms):
             must_read, why = screen(memory.facts, last_read, thresholds)
             if not must_read:
                 return Check(table, HealthDecision.HEALTHY, why, reading, snapshot_id, score=0, **totals)
@@ -323,14 +327,14 @@ class CatalogSweep:
         for check in due:
             watcher, memory = watchers[check.table], self.memory[check.table]
             cooldown = watcher.cooldown_minutes * 60
-            wait = None
+            wait, held_until = None, 0.0  # held_until: while a run is pending, or the cool-down lasts
             try:
                 pending = await _pending_runs(watcher.dag_id)
             except Exception as error:
                 wait = f"cannot tell whether a run of {watcher.dag_id} is pending: {_say(error)}"
             else:
                 if pending:
-                    wait = f"a run of {watcher.dag_id} is queued or running"
+                    wait, held_until = f"a run of {watcher.dag_id} is queued or running", float("inf")
                     memory.run_seen = True
             last = runs.get(check.table)
             if _began_since(last, memory.started_wall):
@@ -341,9 +345,12 @@ class CatalogSweep:
                     wait = f"the run the watch asked for {asked:.0f} s ago has not been created yet"
             if wait is None and memory.started_at is not None and time.monotonic() - memory.started_at < cooldown:
                 wait = f"the watch started a run {time.monotonic() - memory.started_at:.0f} s ago"
+                held_until = memory.started_at + cooldown
             if wait is None and last is not None and last["seconds_ago"] < cooldown:
                 ended = "ended" if last["finished_at"] else "began"
                 wait = f"its last run ({last['run_id']}, {last['outcome']}) {ended} {last['seconds_ago']:.0f} s ago"
+                held_until = time.monotonic() + cooldown - last["seconds_ago"]
+            memory.held_until = held_until
             if wait is None:
                 starting.append(check)
             else:
@@ -377,6 +384,24 @@ class CatalogSweep:
         from airflow_iceberg.hooks.write_gate import WriteGateHook
 
         return WriteGateHook(self.write_gate_conn_id).records
+
+
+def still_needs_work(memory: TableMemory) -> bool:
+    """Whether the table's last manifest read found work that still stands, so the sweep need not read again: the
+    hold-back keeps the table from a run for now (a run is pending, or its cool-down lasts), and no snapshot since
+    that read removed a file (no rewrite landed; writers only added files).
+
+    A streaming table commits between sweeps, so without this it was read at nearly every sweep of its cool-down
+    for a decision that could not start a run. The read resumes when the hold ends or a rewrite lands; only a
+    partition's delete ratio can fall by additions alone, and that is read again before the table starts a run.
+    """
+    last_read = memory.last_read
+    return (
+        last_read is not None
+        and last_read.plan.decision == Decision.COMPACT
+        and memory.held_until > time.monotonic()
+        and last_read.snapshot_id in memory.facts.only_added_since | {memory.facts.snapshot_id}
+    )
 
 
 def _began_since(last: Mapping[str, Any] | None, asked_at: datetime | None) -> bool:

@@ -186,3 +186,100 @@ def test_a_new_snapshot_keeps_what_the_watch_asked_for_and_saw_of_runs(monkeypat
     memory = sweep.memory["lake.db.t"]
     assert (memory.location, memory.facts.snapshot_id) == ("s3://t/2.json", 2)
     assert (memory.started_at, memory.started_wall, memory.run_seen) == (5.0, asked, False)
+
+
+def test_a_table_held_back_by_its_cooldown_is_not_read_again_while_writers_only_add_files(monkeypatch):
+    """A streaming table commits between sweeps: during the cool-down after its run, each sweep read its manifests
+    again for a need that could start no run. It reads them again once the hold ends, or once a rewrite lands."""
+    import asyncio
+    import time as clock
+
+    from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts
+    from airflow_iceberg.triggers import health_sweep
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep
+
+    async def no_pending_runs(dag_id):
+        return 0
+
+    monkeypatch.setattr(health_sweep, "_pending_runs", no_pending_runs)
+    now = {"t": 1000.0}
+    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
+    runs = _Runs()
+    sweep = CatalogSweep("lake", "write_gate_default", 60)
+    monkeypatch.setattr(sweep, "_records", lambda: runs)
+    unchanged(monkeypatch, sweep)
+    reads = []
+
+    class Plan:
+        decision, reason, partitions, score = "compact", "1 of 1 partitions need work", ["p=1"], 7
+
+    def plan_table(iceberg_table, table, thresholds, where, options):
+        reads.append(table)
+        health = type("H", (), {"snapshot_id": snapshot["id"], "partitions": []})()
+        return health, Plan()
+
+    monkeypatch.setattr(health_sweep, "plan_table", plan_table)
+    monkeypatch.setattr(health_sweep, "screen", lambda facts, last_read, thresholds: (True, "deletes"))
+    monkeypatch.setattr(sweep, "catalog", lambda: type("C", (), {"load_table": lambda self, name: None})())
+    appended = {"operation": "append", "added-data-files": "1"}
+    rewritten = {"operation": "replace", "deleted-data-files": "4", "added-data-files": "1"}
+    chain: list[tuple[int, dict]] = [(1, appended)]
+    snapshot = {"id": 1}
+
+    def commit(summary: dict) -> str:
+        snapshot["id"] += 1
+        chain.append((snapshot["id"], summary))
+        return f"s3://t/{snapshot['id']}.json"
+
+    def read_facts(location):
+        metadata = {
+            "current-snapshot-id": chain[-1][0],
+            "snapshots": [
+                {"snapshot-id": sid, "summary": summary, **({"parent-snapshot-id": chain[i - 1][0]} if i else {})}
+                for i, (sid, summary) in enumerate(chain)
+            ],
+        }
+        return SnapshotFacts.from_metadata(metadata)
+
+    monkeypatch.setattr(sweep, "read_facts", read_facts)
+    watcher = trigger(cooldown_minutes=10)
+
+    def sweep_once(location: str) -> str:
+        check = sweep.check(watcher, location, {})
+        asyncio.run(sweep.hold_back([check], {watcher.table: watcher}))
+        return check.decision
+
+    runs.last[watcher.table] = {
+        "run_id": "r1",
+        "outcome": "succeeded",
+        "started_at": datetime.now(timezone.utc),
+        "finished_at": datetime.now(timezone.utc),
+        "seconds_ago": 30.0,
+    }
+    assert sweep_once("s3://t/1.json") == "waiting" and len(reads) == 1  # read, needs work, in its cool-down
+    assert isinstance(sweep.memory[watcher.table].last_read, ManifestRead)
+    for _ in range(3):  # the writer appends between sweeps: no read, the need stands
+        now["t"] += 60
+        runs.last[watcher.table]["seconds_ago"] += 60
+        assert sweep_once(commit(appended)) == "waiting"
+    assert len(reads) == 1
+    assert sweep.check(watcher, commit(appended), {}).reading == "snapshot summary"
+    now["t"] += 60
+    assert sweep_once(commit(rewritten)) == "waiting" and len(reads) == 2  # a rewrite landed: read again
+    assert sweep_once(commit(appended)) == "waiting" and len(reads) == 2
+    now["t"] += 600  # the cool-down is over: read again before the table may start a run
+    runs.last[watcher.table]["seconds_ago"] += 600
+    assert sweep_once(commit(appended)) == "started" and len(reads) == 3
+
+
+def test_a_snapshot_summary_says_whether_its_commit_may_have_removed_a_file():
+    from airflow_iceberg.planning.screen import removes_files
+
+    assert not removes_files({"operation": "append", "added-data-files": "3"})
+    assert not removes_files({"operation": "overwrite", "added-data-files": "1", "added-delete-files": "2"})
+    assert removes_files({"operation": "replace", "added-data-files": "1"})
+    assert removes_files({"operation": "overwrite", "deleted-data-files": "1"})
+    assert removes_files({"operation": "overwrite", "removed-delete-files": "1"})
+    assert removes_files({"operation": "overwrite", "removed-dvs": "1"})
+    assert removes_files({"operation": "delete"})
+    assert removes_files({}) and removes_files(None)  # says too little: taken as removing
