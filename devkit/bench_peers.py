@@ -23,8 +23,9 @@ table's data, position-delete and equality-delete files and its snapshots, and t
 a whole: the freshness of each change (from its hand-over to the producer to the commit of the Iceberg snapshot that
 holds it, found from the writer's record of when it emitted the change and when it took each checkpoint), the
 writer's throughput, failed commits, the CPU of the writer's JVM and of the arm's maintenance (over each process
-tree, exited children included; arm 1's split by task and by Airflow component, ``devkit/task_cpu.py``), and the
-rows at the end against the state the changes should leave.
+tree, exited children included; arm 1's split by task and by Airflow component, ``devkit/task_cpu.py``, and the
+share an idle Airflow would have used anyway, measured on the same Airflow with nothing to run before arm 1), and
+the rows at the end against the state the changes should leave.
 
 Figures are printed and written (``--out``: ``peers.json`` and one PNG per measure, every arm on the same axes);
 none is asserted. The run fails only when an arm did not do what the measurement assumes.
@@ -351,9 +352,17 @@ def freshness(committed: dict[int, float], stream: ChangeStream) -> tuple[dict[s
 
 
 def run_arm(
-    arm: str, load: Load, kafka: KafkaBroker, config: TableConfig, work: Path, airflow: Any | None, mixed: bool
+    arm: str,
+    load: Load,
+    kafka: KafkaBroker,
+    config: TableConfig,
+    work: Path,
+    airflow: Any | None,
+    mixed: bool,
+    idle_rates: dict[str, float] | None = None,
 ) -> ArmResult:
-    """One arm's run: the stream (and, ``mixed``, the batch writer) into a new table, its maintenance, the figures."""
+    """One arm's run: the stream (and, ``mixed``, the batch writer) into a new table, its maintenance, the figures.
+    ``idle_rates``: the live Airflow's CPU per second by component while it had nothing to run (:func:`idle_cpu`)."""
     table = config.table
     result = ArmResult(arm, mixed=mixed)
     drop_table(CATALOG_CONN, table)
@@ -376,6 +385,7 @@ def run_arm(
     stream = ChangeStream(kafka, topic, load.keys, seed=SEED)
     compactor = UngatedCompactor(config, load.interval, work) if arm == "ungated-retry" else None
     airflow_cpu0 = airflow.cpu_by_component() if airflow is not None else {}
+    measured_from = time.monotonic()
     task_cpu = TaskCpu(airflow).start() if airflow is not None else None
     batch = (
         BatchChangesJob(
@@ -419,6 +429,7 @@ def run_arm(
         if airflow is not None:
             pause_when_no_run_pending(airflow, table)
             airflow_cpu = airflow.cpu_by_component()
+            measured_s = time.monotonic() - measured_from
         if task_cpu is not None:
             task_cpu.stop()
     try:
@@ -466,6 +477,7 @@ def run_arm(
         result.pause_split_s = pause_split(airflow, table, since=began - 60)
         assert task_cpu is not None
         result.cpu_split_s = cpu_split(task_cpu, airflow_cpu0, airflow_cpu, len(records))
+        result.cpu_split_s["idle_airflow"] = idle_airflow_share(idle_rates or {}, measured_s)
         result.compactions_t = sorted(
             r["finished_at"].timestamp() - began for r in records if r["outcome"] == "success" and r["finished_at"]
         )
@@ -628,6 +640,28 @@ def cpu_split(task_cpu: TaskCpu, before: dict[str, float], after: dict[str, floa
     }
 
 
+#: How long the bench watches its live Airflow with nothing to run (every DAG paused), before arm 1.
+IDLE_WINDOW_SECONDS = 60.0
+#: The components an Airflow pays for whether or not it runs our DAGs: its scheduler's loop (with its idle
+#: workers), its API server and ``standalone`` itself. The dag-processor (it parses our DAG files) and the
+#: triggerer (it runs our health watch) are not among them: they stay ours in full.
+IDLE_COMPONENTS = ("scheduler", "api-server", "standalone")
+
+
+def idle_cpu(airflow: Any, seconds: float = IDLE_WINDOW_SECONDS) -> dict[str, float]:
+    """CPU seconds per second of each of ``IDLE_COMPONENTS`` while ``airflow`` has nothing to run, over ``seconds``."""
+    before, started = airflow.cpu_by_component(), time.monotonic()
+    time.sleep(seconds)  # a measurement window, not a wait for a condition
+    after, took = airflow.cpu_by_component(), time.monotonic() - started
+    return {name: (after.get(name, 0.0) - before.get(name, 0.0)) / took for name in IDLE_COMPONENTS}
+
+
+def idle_airflow_share(rates: dict[str, float], seconds: float) -> dict[str, float]:
+    """What an idle Airflow's ``IDLE_COMPONENTS`` would have used over an arm of ``seconds``: the part of our
+    maintenance CPU that users of an Airflow they already run pay anyway."""
+    return {name: round(rate * seconds, 2) for name, rate in rates.items()}
+
+
 def pause_when_no_run_pending(airflow: Any, table: TableName, timeout: float = 600) -> None:
     """Pause the table's compaction DAG once no run of it is queued or running. The scheduler schedules no task of
     a paused DAG, so a run the watch started just before the pause would wait for ever: the DAG is unpaused again
@@ -774,6 +808,14 @@ def report_cpu_split(ours: ArmResult, ungated: ArmResult | None) -> None:
     print(f"| LocalExecutor workers, idle | {split['idle_workers']:.1f} | | |")
     for name, cpu in split["airflow"].items():
         print(f"| Airflow: {name} | {cpu:.1f} | | |")
+    idle = split.get("idle_airflow") or {}
+    beyond = split["total"] - sum(idle.values())
+    if idle:
+        print(
+            f"- of it, an idle Airflow's own ({', '.join(f'{k} {v:.1f}' for k, v in idle.items())}, measured with "
+            f"nothing to run for {IDLE_WINDOW_SECONDS:.0f} s before the arm): {sum(idle.values()):.1f} s; beyond "
+            f"the Airflow users already run: {beyond:.1f} s"
+        )
     if ungated is not None and "maintenance" in ungated.cpu_s:
         theirs = ungated.cpu_s["maintenance"]
         verdict = "at most" if split["total"] <= theirs else "OVER"
@@ -781,6 +823,14 @@ def report_cpu_split(ours: ArmResult, ungated: ArmResult | None) -> None:
             f"- maintenance CPU: airflow-iceberg {split['total']:.1f} s, ungated-retry {theirs:.1f} s in the same "
             f"run ({ungated.commits.get('rewrites_done', 0)} rewrites): {verdict} ungated-retry's"
         )
+        if idle:
+            verdict = "at most" if beyond <= theirs else "OVER"
+            print(f"- beyond an idle Airflow: airflow-iceberg {beyond:.1f} s, {verdict} ungated-retry's {theirs:.1f} s")
+        spark = split["tasks"].get(REWRITE_TASK_ID, {}).get("cpu_s")
+        if spark is not None:
+            print(
+                f"- the rewrites' Spark applications alone: airflow-iceberg {spark:.1f} s, ungated-retry {theirs:.1f} s"
+            )
 
 
 def compare_from_second_compaction(results: list[ArmResult], load: Load) -> None:
@@ -898,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     IcebergHook(CATALOG_CONN).catalog.create_namespace_if_not_exists(NAMESPACE)
     results = []
     with KafkaBroker(work / "kafka") as kafka, contextlib.ExitStack() as airflow_running:
-        airflow = None
+        airflow, idle_rates = None, None
         for arm, mixed in runs:
             label = f"{arm}{' with batch writers' if mixed else ''}"
             print(f"==> {label}: {load.changes} changes at {load.rate}/s for {load.seconds} s", flush=True)
@@ -906,11 +956,12 @@ def main(argv: list[str] | None = None) -> int:
             run_work.mkdir()
             if arm == "airflow-iceberg" and airflow is None:
                 airflow = airflow_running.enter_context(live_airflow(work, configs[arm]))
+                idle_rates = idle_cpu(airflow)
             elif arm != "airflow-iceberg" and airflow is not None:
                 airflow_running.close()
                 airflow = None
             started = time.monotonic()
-            results.append(run_arm(arm, load, kafka, configs[arm], run_work, airflow, mixed))
+            results.append(run_arm(arm, load, kafka, configs[arm], run_work, airflow, mixed, idle_rates))
             print(f"    done in {time.monotonic() - started:.0f} s", flush=True)
     report(results, load)
     args.out.mkdir(parents=True, exist_ok=True)
