@@ -24,16 +24,13 @@ class _Runs:
         return {t: self.last[t] for t in tables if t in self.last}
 
 
-def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_back_past_its_cooldown(monkeypatch):
-    """Airflow's scheduler creates asset-triggered runs a few per loop: with 200 events at once, a run appeared a
-    minute after its event, and the table, its cool-down over and no run of it queued yet, got a second event."""
-    import asyncio
+def held_back_sweep(monkeypatch, pending: dict):
+    """A sweep of catalog ``lake`` on a clock the test moves (``now["t"]``), with ``pending["count"]`` runs of each
+    DAG queued or running and the run records a test sets (``runs.last``); returns (sweep, runs, now)."""
     import time as clock
 
     from airflow_iceberg.triggers import health_sweep
-    from airflow_iceberg.triggers.health_sweep import CatalogSweep, Check, TableMemory
-
-    pending = {"count": 0}
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep
 
     async def pending_runs(dag_id):
         return pending["count"]
@@ -45,6 +42,18 @@ def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_ba
     sweep = CatalogSweep("lake", "write_gate_default", 60)
     monkeypatch.setattr(sweep, "_records", lambda: runs)
     unchanged(monkeypatch, sweep)
+    return sweep, runs, now
+
+
+def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_back_past_its_cooldown(monkeypatch):
+    """Airflow's scheduler creates asset-triggered runs a few per loop: with 200 events at once, a run appeared a
+    minute after its event, and the table, its cool-down over and no run of it queued yet, got a second event."""
+    import asyncio
+
+    from airflow_iceberg.triggers.health_sweep import Check, TableMemory
+
+    pending = {"count": 0}
+    sweep, runs, now = held_back_sweep(monkeypatch, pending)
     watcher = trigger(cooldown_minutes=1)
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
 
@@ -192,22 +201,11 @@ def test_a_table_held_back_by_its_cooldown_is_not_read_again_while_writers_only_
     """A streaming table commits between sweeps: during the cool-down after its run, each sweep read its manifests
     again for a need that could start no run. It reads them again once the hold ends, or once a rewrite lands."""
     import asyncio
-    import time as clock
 
     from airflow_iceberg.planning.screen import ManifestRead, SnapshotFacts
     from airflow_iceberg.triggers import health_sweep
-    from airflow_iceberg.triggers.health_sweep import CatalogSweep
 
-    async def no_pending_runs(dag_id):
-        return 0
-
-    monkeypatch.setattr(health_sweep, "_pending_runs", no_pending_runs)
-    now = {"t": 1000.0}
-    monkeypatch.setattr(clock, "monotonic", lambda: now["t"])
-    runs = _Runs()
-    sweep = CatalogSweep("lake", "write_gate_default", 60)
-    monkeypatch.setattr(sweep, "_records", lambda: runs)
-    unchanged(monkeypatch, sweep)
+    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
     reads = []
 
     class Plan:
