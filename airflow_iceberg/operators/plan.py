@@ -11,6 +11,7 @@ the record with the table's health after, the seconds the gate was closed and th
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -153,15 +154,10 @@ class PlanCompactionOperator(ShortCircuitOperator, RunParamsCheck):
 
     def _plan_and_record(self, context: Mapping[str, Any]) -> bool:
         ti = context["ti"]
-        loaded: list[Any] = []  # the table, loaded once: by the check if a predicate needs its schema, else here
-
-        def schema() -> Any:
-            loaded.append(self._load_table())
-            return loaded[0].schema()
-
-        predicates = self.check_run_params(context, schema)
+        load = functools.cache(self._load_table)  # once: by the check if a predicate needs its schema, else here
+        predicates = self.check_run_params(context, lambda: load().schema())
         overrides = overrides_from_params(context["params"], parse_where=False)  # checked just now
-        iceberg_table = loaded[0] if loaded else self._load_table()
+        iceberg_table = load()
         thresholds = self.thresholds or HealthThresholds()
         options = {**self.options, **overrides.options.get("rewrite_data_files", {})}
         health, plan = plan_table(

@@ -230,10 +230,6 @@ class RunParamsCheck:
         """The table, as pyiceberg reads it through the Iceberg connection."""
         return load_iceberg_table(self.iceberg_conn_id, self.table)
 
-    def _check(self, **context: Any) -> dict[str, str | None]:
-        """The check on the table as it is now (:meth:`check_run_params`, loading the table itself)."""
-        return self.check_run_params(context, lambda: self._load_table().schema())
-
     def check_run_params(self, context: Mapping[str, Any], schema_of: Callable[[], Any]) -> dict[str, str | None]:
         """The run's predicates, each checked against the table's schema, from ``schema_of``; :class:`RunParamsError`
         names what is wrong. The Params and the rendering are checked first: a typo or a predicate the run cannot

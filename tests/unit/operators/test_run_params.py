@@ -92,6 +92,11 @@ class FakeIcebergTable:
         return Schema(NestedField(1, "id", LongType()), NestedField(2, "ts", TimestamptzType()))
 
 
+def check(op: PlanCompactionOperator, **context) -> dict:
+    """plan_compaction's check of a run's Params, on the table as its ``_load_table`` reads it."""
+    return op.check_run_params(context, lambda: op._load_table().schema())
+
+
 def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> PlanCompactionOperator:
     """plan_compaction, whose first step is the check (``RunParamsCheck``)."""
     op = PlanCompactionOperator(
@@ -109,7 +114,7 @@ def check_operator(where: str | None, monkeypatch: pytest.MonkeyPatch) -> PlanCo
 def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sentence_that_says_so(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     with pytest.raises(RunParamsError) as raised:
-        op._check(params={"dry_run": False})  # a run triggered with logical_date null: no ds, no logical_date
+        check(op, params={"dry_run": False})  # a run triggered with logical_date null: no ds, no logical_date
     message = str(raised.value)
     assert message.startswith(
         "the table's where for rewrite_data_files \"ts >= '{{ ds }}'\" uses the run's logical date ('ds' is undefined)"
@@ -120,7 +125,7 @@ def test_a_predicate_needing_the_logical_date_fails_a_run_without_one_with_a_sen
 
 def test_a_run_with_its_own_where_never_renders_the_tables_predicate(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
-    assert op._check(params={"where": "ts >= '2026-01-01'", "dry_run": False}) == dict.fromkeys(
+    assert check(op, params={"where": "ts >= '2026-01-01'", "dry_run": False}) == dict.fromkeys(
         REWRITE_PROCEDURES, "ts >= '2026-01-01'"
     )
 
@@ -128,24 +133,24 @@ def test_a_run_with_its_own_where_never_renders_the_tables_predicate(monkeypatch
 def test_a_predicate_per_procedure_overrides_where_for_that_procedure_only(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     params = {"where": "id > 1", "rewrite_position_delete_files_where": "id > 2"}
-    assert op._check(params=params) == {"rewrite_data_files": "id > 1", "rewrite_position_delete_files": "id > 2"}
+    assert check(op, params=params) == {"rewrite_data_files": "id > 1", "rewrite_position_delete_files": "id > 2"}
 
 
 def test_with_a_logical_date_the_tables_predicate_renders(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
-    rendered = op._check(params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20))
+    rendered = check(op, params={}, ds="2026-11-20", logical_date=pendulum.datetime(2026, 11, 20))
     assert rendered == dict.fromkeys(REWRITE_PROCEDURES, "ts >= '2026-11-20'")
 
 
 def test_a_predicate_that_is_not_a_template_is_named(monkeypatch):
     with pytest.raises(RunParamsError, match="is not a valid template: unexpected char") as raised:
-        check_operator('ts >= {{ ds "', monkeypatch)._check(params={}, ds="2026-11-20", logical_date=pendulum.now())
+        check(check_operator('ts >= {{ ds "', monkeypatch), params={}, ds="2026-11-20", logical_date=pendulum.now())
     assert "the table's where for rewrite_data_files 'ts >= {{ ds \"'" in str(raised.value)
 
 
 def test_a_bad_param_fails_without_retries(monkeypatch):
     with pytest.raises(RunParamsError, match="param 'strategy'"):
-        check_operator(None, monkeypatch)._check(params={"strategy": "zigzag"})
+        check(check_operator(None, monkeypatch), params={"strategy": "zigzag"})
 
 
 def test_partial_progress_on_a_table_whose_iceberg_cannot_check_it_fails_before_the_gate_naming_the_version(
@@ -154,15 +159,15 @@ def test_partial_progress_on_a_table_whose_iceberg_cannot_check_it_fails_before_
     config = TableConfig(
         table="lake.db.t", spark={"packages": ["org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.5.2"]}
     )
-    check = build_compaction_dag(config).get_task("plan_compaction")
-    monkeypatch.setattr(check, "_load_table", FakeIcebergTable)
+    plan = build_compaction_dag(config).get_task("plan_compaction")
+    monkeypatch.setattr(plan, "_load_table", FakeIcebergTable)
     with pytest.raises(RunParamsError) as refused:
-        check._check(params={**DEFAULTS, "partial_progress": True})
+        check(plan, params={**DEFAULTS, "partial_progress": True})
     assert str(refused.value).startswith(
         "param 'partial_progress': rewrite_data_files option 'partial-progress.enabled' needs Iceberg 1.9 or newer; "
         "this table's Spark jobs run Iceberg 1.5.2 (iceberg-spark-runtime-3.4_2.12:1.5.2): the Spark job counts"
     )
-    check._check(params={**DEFAULTS, "partial_progress": False})
+    check(plan, params={**DEFAULTS, "partial_progress": False})
 
 
 @pytest.mark.parametrize(
@@ -186,10 +191,10 @@ def test_a_predicate_spark_would_refuse_fails_the_check_before_the_gate(monkeypa
     op = check_operator(table_where, monkeypatch)
     context = {"params": params, "ds": "2026-11-20", "logical_date": pendulum.datetime(2026, 11, 20)}
     if message is None:
-        assert op._check(**context) == dict.fromkeys(REWRITE_PROCEDURES, params["where"])
+        assert check(op, **context) == dict.fromkeys(REWRITE_PROCEDURES, params["where"])
         return
     with pytest.raises(RunParamsError, match=message):
-        op._check(**context)
+        check(op, **context)
 
 
 def test_the_params_declare_draft_7_so_airflow_checks_them_cheaply():
@@ -201,7 +206,7 @@ def test_the_params_declare_draft_7_so_airflow_checks_them_cheaply():
 def test_a_conf_key_that_is_no_param_is_refused_naming_it_and_the_nearest_param(monkeypatch):
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
     with pytest.raises(RunParamsError) as raised:
-        op._check(params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})  # Airflow merges the conf into params
+        check(op, params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})  # Airflow merges the conf into params
     message = str(raised.value)
     assert message.startswith("the run's conf has 'wher', which is no Param of this DAG; did you mean 'where'?")
     assert "'ds' is undefined" not in message  # refused before the table's predicate is rendered
@@ -211,7 +216,7 @@ def test_a_conf_key_that_is_no_param_is_refused_naming_it_and_the_nearest_param(
 def test_every_unknown_key_is_named_and_one_with_no_near_param_gets_no_guess(monkeypatch):
     op = check_operator(None, monkeypatch)
     with pytest.raises(RunParamsError) as raised:
-        op._check(params={**DEFAULTS, "zzz": 1, "qqq": 2})
+        check(op, params={**DEFAULTS, "zzz": 1, "qqq": 2})
     message = str(raised.value)
     assert message.startswith("the run's conf has 'qqq' (and 'zzz'), which is no Param of this DAG. Its Params: ")
     assert "did you mean" not in message
@@ -219,8 +224,8 @@ def test_every_unknown_key_is_named_and_one_with_no_near_param_gets_no_guess(mon
 
 def test_the_params_a_dag_declares_are_all_known_to_its_check(monkeypatch):
     dag = build_compaction_dag(TableConfig(table="lake.db.t", iceberg_conn_id="lake"))
-    check = dag.get_task("plan_compaction")
-    assert check._declared_params() == set(dag.params)
+    plan = dag.get_task("plan_compaction")
+    assert plan._declared_params() == set(dag.params)
 
 
 def test_a_runs_own_where_is_parsed_once_by_the_check_and_not_again_by_the_tasks_after_it(monkeypatch):
@@ -231,7 +236,7 @@ def test_a_runs_own_where_is_parsed_once_by_the_check_and_not_again_by_the_tasks
     monkeypatch.setattr(predicates, "parse_predicate", lambda text, **kw: parsed.append(text) or real(text, **kw))
     params = {**DEFAULTS, "where": "id > 1"}
     op = check_operator("ts >= '{{ ds }}'", monkeypatch)
-    assert op._check(params=params) == dict.fromkeys(REWRITE_PROCEDURES, "id > 1")
+    assert check(op, params=params) == dict.fromkeys(REWRITE_PROCEDURES, "id > 1")
     assert parsed == ["id > 1"]  # one predicate for both rewrites: parsed once
     overrides_from_params(params, parse_where=False)  # the plan after its check, and rewrite_files
     assert parsed == ["id > 1"]
@@ -246,8 +251,8 @@ def test_a_typo_or_an_unrenderable_predicate_is_named_before_the_table_is_read(m
 
     monkeypatch.setattr(op, "_load_table", catalog_down)
     with pytest.raises(RunParamsError, match="the run's conf has 'wher'"):
-        op._check(params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})
+        check(op, params={**DEFAULTS, "wher": "ts >= '2026-11-29'"})
     with pytest.raises(RunParamsError, match="uses the run's logical date"):
-        op._check(params={**DEFAULTS})
+        check(op, params={**DEFAULTS})
     with pytest.raises(ConnectionError):  # a predicate to check against the columns: now the table is read
-        op._check(params={**DEFAULTS, "where": "id > 1"})
+        check(op, params={**DEFAULTS, "where": "id > 1"})
