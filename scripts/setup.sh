@@ -125,6 +125,7 @@ setup_stack() {  # setup_stack NAME: .venv/spark-NAME, build/stacks/NAME/jars an
 }
 
 stacks=("$AIRFLOW_ICEBERG_STACK")
+stack flink-profiles >/dev/null  # flink/pom.xml's profiles are the matrix's, or set-up stops here
 [[ "${AIRFLOW_ICEBERG_STACKS:-}" != all ]] || read -ra stacks <<<"$(stack names)"
 for name in "${stacks[@]}"; do
     setup_stack "$name"

@@ -9,7 +9,13 @@ the versions the file gives: Maven coordinates, the properties each Maven build 
     python3 scripts/stacks.py pyspark NAME       # PySpark's requirement, for pip
     python3 scripts/stacks.py flink-line NAME    # the stack's Flink line, e.g. 1.20
     python3 scripts/stacks.py maven-spark NAME   # -D properties of requirements/pom.xml (the Spark jobs' jars)
-    python3 scripts/stacks.py maven-flink NAME   # -D properties of flink/pom.xml (the Flink line's artifact)
+    python3 scripts/stacks.py maven-flink NAME   # the Maven profile of flink/pom.xml for the stack's Flink line
+    python3 scripts/stacks.py flink-profiles [--write]
+                                                 # check (or rewrite) flink/pom.xml's profiles against the matrix
+
+flink/pom.xml carries one profile per Flink line, generated from this matrix (``flink-profiles --write``), so that
+``mvn -f flink/pom.xml verify`` builds the default stack's line with no flag and ``-Pflink-<line>`` any other; a
+unit test and set-up refuse a pom whose profiles differ from what the matrix gives.
 """
 
 from __future__ import annotations
@@ -155,6 +161,82 @@ def current() -> Stack:
     return matrix[os.environ.get(STACK_ENV) or matrix.default]
 
 
+POM_FLINK = MATRIX_FILE.parents[1] / "flink" / "pom.xml"
+_PROFILES_BEGIN = "<!-- BEGIN profiles of the Flink lines, written by scripts/stacks.py flink-profiles -->"
+_PROFILES_END = "<!-- END profiles of the Flink lines -->"
+
+
+def flink_profile(stack: Stack) -> str:
+    """The Maven profile of flink/pom.xml that builds ``stack``'s Flink line: ``flink-1.20``."""
+    return f"flink-{stack.flink_line}"
+
+
+def _flink_seams(line: str) -> dict[str, str]:
+    """Which of flink/src's two seams a Flink line compiles: src/main/flink-1 or flink-2 (Flink 2's Source declares
+    watermarks), src/test/flink-1.18 (Iceberg 1.5's Flink sink, FlinkSink only) or flink-1.20-2.x."""
+    return {
+        "flink.main.seam": f"flink-{line.split('.')[0]}",
+        "flink.test.seam": "flink-1.18" if line == "1.18" else "flink-1.20-2.x",
+    }
+
+
+def flink_profiles_xml(matrix: Matrix) -> str:
+    """flink/pom.xml's profiles, one per Flink line of the matrix, the default stack's active by default."""
+    lines: dict[str, Stack] = {}
+    for stack in matrix.stacks.values():
+        if stack.flink_line in lines:
+            raise ValueError(
+                f"stacks {lines[stack.flink_line].name!r} and {stack.name!r} share Flink {stack.flink_line}: "
+                "flink/pom.xml has one profile per Flink line"
+            )
+        lines[stack.flink_line] = stack
+    out = [f"        {_PROFILES_BEGIN}"]
+    for stack in lines.values():
+        properties = {
+            **stack.maven_flink_properties(),
+            **_flink_seams(stack.flink_line),
+            "sql.jars.skip": "false" if stack.flink_mysql_cdc else "true",
+        }
+        out += ["        <profile>", f"            <id>{flink_profile(stack)}</id>"]
+        summary = stack.summary.replace("--", "-")  # an XML comment holds no --
+        out.append(f"            <!-- stack {stack.name}: {summary} -->")
+        if stack.name == matrix.default:
+            out.append("            <activation><activeByDefault>true</activeByDefault></activation>")
+        out.append("            <properties>")
+        out += [f"                <{key}>{value}</{key}>" for key, value in properties.items()]
+        out += ["            </properties>", "        </profile>"]
+    out.append(f"        {_PROFILES_END}")
+    return "\n".join(out)
+
+
+def sync_flink_pom(matrix: Matrix, path: Path = POM_FLINK, *, write: bool = False) -> bool:
+    """Whether ``path``'s generated profiles are the matrix's; with ``write``, make them so."""
+    text = path.read_text()
+    begin = text.index(f"        {_PROFILES_BEGIN}")
+    end = text.index(_PROFILES_END, begin) + len(_PROFILES_END)
+    wanted = flink_profiles_xml(matrix)
+    if text[begin:end] == wanted:
+        return True
+    if write:
+        path.write_text(text[:begin] + wanted + text[end:])
+    return False
+
+
+def _flink_profiles(*flags: str) -> str:
+    matrix = load()
+    if flags not in ((), ("--write",)):
+        raise TypeError(f"flink-profiles takes --write or nothing, not {' '.join(flags)!r}")
+    if sync_flink_pom(matrix, write=bool(flags)):
+        lines = ", ".join(stack.flink_line for stack in matrix.stacks.values())
+        return f"{POM_FLINK.name}: the profiles of Flink {lines} are the matrix's"
+    if flags:
+        return f"{POM_FLINK.name}: profiles rewritten from {MATRIX_FILE.name}"
+    raise ValueError(
+        f"flink/pom.xml's profiles differ from {MATRIX_FILE.name}: "
+        "run `python3 scripts/stacks.py flink-profiles --write`"
+    )
+
+
 def _maven_arguments(properties: dict[str, str]) -> str:
     return " ".join(f"-D{key}={value}" for key, value in properties.items())
 
@@ -167,14 +249,15 @@ def main(argv: list[str]) -> int:
         "pyspark": lambda name: f"pyspark=={matrix[name].pyspark}",
         "flink-line": lambda name: matrix[name].flink_line,
         "maven-spark": lambda name: _maven_arguments(matrix[name].maven_spark_properties()),
-        "maven-flink": lambda name: _maven_arguments(matrix[name].maven_flink_properties()),
+        "maven-flink": lambda name: f"-P{flink_profile(matrix[name])}",
+        "flink-profiles": _flink_profiles,
     }
     if not argv or argv[0] not in commands:
         print(f"usage: stacks.py {{{'|'.join(commands)}}} [NAME]", file=sys.stderr)
         return 2
     try:
         print(commands[argv[0]](*argv[1:]))
-    except (KeyError, TypeError) as error:
+    except (KeyError, TypeError, ValueError) as error:
         print(f"stacks.py: {error}", file=sys.stderr)
         return 2
     return 0

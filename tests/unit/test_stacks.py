@@ -41,7 +41,7 @@ def test_set_up_gets_pyspark_and_each_maven_builds_properties_from_the_command_l
         "-Diceberg.version=1.5.2",
         "-Dmariadb.version=3.5.7",
     ]
-    assert "-Dflink.line=1.18" in run("maven-flink", "original").stdout.split()
+    assert run("maven-flink", "original").stdout.split() == ["-Pflink-1.18"]
     assert run("default").stdout.strip() == stacks.load().default
 
 
@@ -62,16 +62,55 @@ def test_flink_cdcs_mysql_connector_and_its_driver_come_as_a_pair_and_reach_the_
     tmp_path,
 ):
     matrix = stacks.load()
-    assert run("maven-flink", "lts").stdout.split()[-2:] == [
-        f"-Dflink.mysql.cdc.version={matrix['lts'].flink_mysql_cdc}",
-        f"-Dmysql.jdbc.version={matrix['lts'].mysql_jdbc}",
-    ]
+    profiles = stacks.flink_profiles_xml(matrix)
+    lts = profiles[profiles.index("<id>flink-1.20</id>") : profiles.index("<id>flink-2.1</id>")]
+    newest = profiles[profiles.index("<id>flink-2.1</id>") :]
+    assert f"<flink.mysql.cdc.version>{matrix['lts'].flink_mysql_cdc}</flink.mysql.cdc.version>" in lts
+    assert f"<mysql.jdbc.version>{matrix['lts'].mysql_jdbc}</mysql.jdbc.version>" in lts
+    assert "<sql.jars.skip>false</sql.jars.skip>" in lts
     assert matrix["newest"].flink_mysql_cdc is None  # none served for Flink 2.1
-    assert "mysql" not in run("maven-flink", "newest").stdout
+    assert "mysql" not in newest
+    assert "<sql.jars.skip>true</sql.jars.skip>" in newest
     text = stacks.MATRIX_FILE.read_text().replace('mysql-jdbc = "8.4.0"\n', "", 1)
     (tmp_path / "stacks.toml").write_text(text)
     with pytest.raises(ValueError, match=r"either all or none of \['flink-mysql-cdc', 'mysql-jdbc'\]"):
         stacks.load(tmp_path / "stacks.toml")
+
+
+def test_the_flink_poms_profiles_are_the_matrixs_one_per_line_the_default_stacks_active_without_a_flag():
+    matrix = stacks.load()
+    assert stacks.sync_flink_pom(matrix), run("flink-profiles").stderr
+    pom = stacks.POM_FLINK.read_text()
+    ids = [line.strip() for line in pom.splitlines() if line.strip().startswith("<id>flink-") and "sources" not in line]
+    assert ids == [f"<id>flink-{stack.flink_line}</id>" for stack in matrix.stacks.values()]
+    default = f"<id>{stacks.flink_profile(matrix[matrix.default])}</id>"
+    active = pom[pom.index(default) : pom.index("</profile>", pom.index(default))]
+    assert pom.count("<activeByDefault>true</activeByDefault>") == 1 and "<activeByDefault>true" in active
+    assert f"<flink.version>{matrix[matrix.default].flink}</flink.version>" in active
+    assert "${" not in pom[pom.index("<properties>") : pom.index("</properties>")].replace(
+        "${project.basedir}", ""
+    )  # no version outside the profiles
+
+
+def test_a_matrix_change_is_caught_in_the_pom_and_written_there_by_flink_profiles_write(tmp_path):
+    pom = tmp_path / "pom.xml"
+    pom.write_text(stacks.POM_FLINK.read_text())
+    text = stacks.MATRIX_FILE.read_text().replace('flink = "1.20.3"', 'flink = "1.20.9"', 1)
+    (tmp_path / "stacks.toml").write_text(text)
+    changed = stacks.load(tmp_path / "stacks.toml")
+    assert not stacks.sync_flink_pom(changed, pom)
+    assert "1.20.9" not in pom.read_text()  # a check writes nothing
+    assert not stacks.sync_flink_pom(changed, pom, write=True)
+    assert "<flink.version>1.20.9</flink.version>" in pom.read_text() and stacks.sync_flink_pom(changed, pom)
+    outside = stacks.POM_FLINK.read_text().split("<!-- BEGIN profiles")[0]
+    assert pom.read_text().startswith(outside)  # only the generated block changed
+
+
+def test_two_stacks_on_one_flink_line_are_refused_naming_both(tmp_path):
+    text = stacks.MATRIX_FILE.read_text().replace('flink = "1.18.1"', 'flink = "1.20.1"', 1)
+    (tmp_path / "stacks.toml").write_text(text)
+    with pytest.raises(ValueError, match="stacks 'original' and 'lts' share Flink 1.20"):
+        stacks.flink_profiles_xml(stacks.load(tmp_path / "stacks.toml"))
 
 
 def test_the_environments_stack_is_the_default_unless_named(monkeypatch):
