@@ -38,6 +38,10 @@ catalog while the writers still commit, says it is ready, and waits for the go t
 (``core/gate_work.py``): it renews no lease meanwhile, and ends with :data:`NO_GO_EXIT`, having called nothing, at a
 stop, when the gate it saw closed for its run is no longer (its lease ran out), or when no go came in time.
 
+Behind a write gate, the job also writes each line it says to Airflow (its result rows, a lost lease, no go, the
+line of a commit conflict) into the gate's MySQL, under the report id its secrets file gives
+(``core/job_report.py``): in cluster deploy mode its output stays on the cluster, and the task reads the report.
+
 Each result row also says how long the work took, by the job's own clock: ``call_seconds``, the ``CALL`` alone
 (Spark's start-up and the job's planning outside it), and ``removal_seconds``, the removal of dangling deletes.
 """
@@ -55,11 +59,13 @@ from airflow_iceberg.core.gate_protocol import owner_connection
 from airflow_iceberg.core.gate_state import GateOwner
 from airflow_iceberg.core.gate_store import GateLease
 from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_go
+from airflow_iceberg.core.job_report import JobReport
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets, apply_job_secrets, read_job_secrets
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError
 from airflow_iceberg.core.procedures import normalize_options
 from airflow_iceberg.core.processes import die_with_parent
 from airflow_iceberg.core.spark_job import (
+    COMMIT_CONFLICT_EXCEPTIONS,
     LEASE_LOST_MARKER,
     NO_GO_MARKER,
     Attempts,
@@ -168,6 +174,25 @@ def with_removal(result: dict[str, Any], removal: Attempts) -> dict[str, Any]:
     return result
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def job_report(gate: GateOwnerSecrets | None) -> JobReport:
+    """Where the job says what Airflow reads: its output, and behind a gate the report the task asked for."""
+    if not gate:
+        return JobReport(None, None, _say)
+    return JobReport(_connector(gate), gate.get("report_id"), _say)
+
+
+def conflict_line(error: BaseException) -> str | None:
+    """The line of ``error`` (its Java exception's, as py4j gives it) that names an Iceberg commit conflict."""
+    for line in str(error).splitlines():
+        if any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
+            return line.strip()
+    return None
+
+
 def _connector(gate: GateOwnerSecrets) -> Callable[[], Any]:
     return lambda: owner_connection(gate["host"], gate["port"], gate["user"], gate["password"], gate["database"])
 
@@ -214,20 +239,22 @@ def main(argv: list[str] | None = None) -> int:
     procedures = ",".join(call.procedure for call in args.calls)
     spark = SparkSession.builder.appName(f"iceberg-{procedures}-{table}").getOrCreate()
     keeper = None
+    report = job_report(None)
     try:
         secrets = read_job_secrets(args.job_secrets)
         apply_job_secrets(spark, secrets)
         gate = secrets.get("gate")
+        report = job_report(gate)
         if gate and gate.get("wait_for_go_seconds") is not None:
             try:
                 gate = await_the_go(spark, table, gate)
             except NoGo as no_go:  # nothing was called: the table is as it was
-                print(NO_GO_MARKER + str(no_go), flush=True)
+                report.say(NO_GO_MARKER + str(no_go))
                 return NO_GO_EXIT
         if gate:
 
             def stop_the_work(reason: str) -> None:
-                print(LEASE_LOST_MARKER + reason, flush=True)
+                report.say(LEASE_LOST_MARKER + reason)
                 spark.sparkContext.cancelAllJobs()
                 # The main thread exits once its CALL fails; if it is past its Spark jobs (committing), this
                 # ends the process before the lease does.
@@ -264,14 +291,16 @@ def main(argv: list[str] | None = None) -> int:
                 for loss in removal.lost_to:
                     print(f"Removing dangling delete files lost to a commit, tried again: {loss}", flush=True)
                 result = with_removal(result, removal)
-            print(format_result_line({"procedure": procedure, **result}), flush=True)
+            report.say(format_result_line({"procedure": procedure, **result}))
     except Exception as error:
         lost = keeper.lost if keeper is not None else None
         if lost is None and isinstance(error, LeaseLostError):
             lost = str(error)
         if lost is None:
+            if (conflict := conflict_line(error)) is not None:
+                report.say(conflict)  # in cluster deploy mode, the task reads it only here
             raise
-        print(LEASE_LOST_MARKER + lost, flush=True)
+        report.say(LEASE_LOST_MARKER + lost)
         return LEASE_LOST_EXIT
     finally:
         if keeper is not None:

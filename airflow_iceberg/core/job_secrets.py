@@ -41,6 +41,8 @@ class GateOwnerSecrets(TypedDict):
     #: lease is then the gate's, read at the go (``lease_seconds`` is 0).
     attempt: NotRequired[int]
     wait_for_go_seconds: NotRequired[int]
+    #: Where the job writes what it says to Airflow (``core/job_report.py``): one id per submit.
+    report_id: NotRequired[str]
 
 
 class JobSecrets(TypedDict, total=False):

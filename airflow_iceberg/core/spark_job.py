@@ -3,7 +3,8 @@
 - :class:`JobArguments`: the job's command line, the table and its :class:`ProcedureCall` list (no secret ever);
 - its secrets file, which the job reads and deletes, is typed in :mod:`airflow_iceberg.core.job_secrets`;
 - its result lines (:func:`format_result_line`) and the markers it prints when its run lost the gate, or when a
-  pre-started job ended without the go;
+  pre-started job ended without the go, and what Airflow reads from those lines (:class:`JobAnswers`), whether
+  they came on spark-submit's output or through the gate's MySQL (``core/job_report.py``, cluster deploy mode);
 - how it removes the delete files a rewrite left dangling (:func:`split_dangling_removal`, :func:`until_it_wins`).
 """
 
@@ -105,6 +106,59 @@ REMOVE_DANGLING = "remove-dangling-deletes"
 #: How many times the job tries that removal, each time at the table's newest snapshot, before it leaves the
 #: dangling files to the next run.
 DANGLING_REMOVAL_ATTEMPTS = 5
+
+
+#: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
+#: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
+COMMIT_CONFLICT_EXCEPTIONS = (
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ValidationException",
+)
+
+
+@dataclass
+class JobAnswers:
+    """What the job's lines say: each procedure's result row by name (in the order they came), the first line that
+    reports an Iceberg commit conflict, the reason the job stopped because its run lost the write gate, and the
+    reason a pre-started job ended without a ``CALL``. Any other line says nothing."""
+
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    commit_conflict: str | None = None
+    lease_lost: str | None = None
+    no_go: str | None = None
+    #: The last result row seen, with or without a procedure's name.
+    result: dict[str, Any] | None = None
+
+    def take(self, line: str) -> None:
+        result = parse_result_line(line)
+        if result is not None:
+            procedure = result.pop("procedure", None)
+            self.result = result
+            if isinstance(procedure, str):
+                self.results[procedure] = result
+        if self.commit_conflict is None and any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
+            self.commit_conflict = line
+        if LEASE_LOST_MARKER in line:
+            self.lease_lost = line.split(LEASE_LOST_MARKER, 1)[1]
+        if NO_GO_MARKER in line:
+            self.no_go = line.split(NO_GO_MARKER, 1)[1]
+
+    @classmethod
+    def of(cls, lines: Sequence[str]) -> JobAnswers:
+        answers = cls()
+        for line in lines:
+            answers.take(line)
+        return answers
+
+    def before(self, other: JobAnswers) -> JobAnswers:
+        """These answers, each one that is missing taken from ``other``: the job's report first, its output after."""
+        return JobAnswers(
+            results=self.results or other.results,
+            commit_conflict=self.commit_conflict or other.commit_conflict,
+            lease_lost=self.lease_lost or other.lease_lost,
+            no_go=self.no_go or other.no_go,
+            result=self.result if self.results else other.result,
+        )
 
 
 def split_dangling_removal(call: ProcedureCall) -> tuple[ProcedureCall, bool]:

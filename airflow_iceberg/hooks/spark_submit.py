@@ -44,27 +44,19 @@ defer_kubernetes_client()  # before the Spark provider's hook module, which impo
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
 
 from airflow_iceberg.core.processes import die_with_parent  # noqa: E402
-from airflow_iceberg.core.spark_job import LEASE_LOST_MARKER, NO_GO_MARKER, parse_result_line  # noqa: E402
-
-#: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
-#: files while the job ran ("Cannot commit, found new position delete for replaced data file", ...).
-COMMIT_CONFLICT_EXCEPTIONS = (
-    "org.apache.iceberg.exceptions.CommitFailedException",
-    "org.apache.iceberg.exceptions.ValidationException",
-)
+from airflow_iceberg.core.spark_job import JobAnswers  # noqa: E402
 
 
 class IcebergSparkSubmitHook(SparkSubmitHook):
     """:class:`SparkSubmitHook` that keeps the result row the job prints, and can hand each output line on.
 
     In local and client deploy modes spark-submit's output includes the driver's stdout, where the jobs in
-    ``airflow_iceberg.spark_jobs`` print a result line per procedure (``format_result_line``); :attr:`results`
-    holds each procedure's row by name, in the order they came, and :attr:`result` the last row seen, or None
-    (cluster deploy modes keep the driver's output on the cluster); :attr:`commit_conflict`
-    holds the first line that reports an Iceberg commit conflict, or None; :attr:`lease_lost` the reason the
-    job gave for stopping because its run lost the write gate, or None; :attr:`no_go` the reason a pre-started job
-    gave for ending without a ``CALL``, or None. The hook still processes and logs
-    every line itself (application ids, driver ids, the log tail of a failure).
+    ``airflow_iceberg.spark_jobs`` print a result line per procedure (``format_result_line``); :attr:`answers`
+    (``core/spark_job.JobAnswers``) holds what those lines say: each procedure's row by name, the first line that
+    reports an Iceberg commit conflict, the reason the job stopped because its run lost the write gate, the reason
+    a pre-started job ended without a ``CALL``. Cluster deploy modes keep the driver's output on the cluster; the
+    operator then has the job's report through the gate's MySQL (``core/job_report.py``). The hook still
+    processes and logs every line itself (application ids, driver ids, the log tail of a failure).
 
     spark-submit runs with Linux's parent-death signal set to SIGKILL: when the Airflow task's process dies
     (killed, out of memory), spark-submit's JVM dies with it, and in local and client deploy modes so does the
@@ -88,11 +80,8 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
 
     def _capture(self, on_line: Callable[[str], None] | None, logger_name: str | None) -> None:
         self.on_line = on_line
-        self.result: dict[str, Any] | None = None
-        self.results: dict[str, dict[str, Any]] = {}
-        self.commit_conflict: str | None = None
-        self.lease_lost: str | None = None
-        self.no_go: str | None = None
+        #: What the job's lines on spark-submit's output said (``core/spark_job.JobAnswers``).
+        self.answers = JobAnswers()
         if logger_name is not None:
             self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
 
@@ -109,6 +98,26 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         adopted._capture(None, None)
         return adopted
 
+    @property
+    def result(self) -> dict[str, Any] | None:
+        return self.answers.result
+
+    @property
+    def results(self) -> dict[str, dict[str, Any]]:
+        return self.answers.results
+
+    @property
+    def commit_conflict(self) -> str | None:
+        return self.answers.commit_conflict
+
+    @property
+    def lease_lost(self) -> str | None:
+        return self.answers.lease_lost
+
+    @property
+    def no_go(self) -> str | None:
+        return self.answers.no_go
+
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         kwargs.setdefault("preexec_fn", functools.partial(die_with_parent, os.getpid()))
         return super().submit(application, **kwargs)
@@ -118,18 +127,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
             for raw in lines:
                 yield raw  # the hook handles the line first, so a failing callback never hides its log
                 line = str(raw).strip()
-                result = parse_result_line(line)
-                if result is not None:
-                    procedure = result.pop("procedure", None)
-                    self.result = result
-                    if isinstance(procedure, str):
-                        self.results[procedure] = result
-                if self.commit_conflict is None and any(name in line for name in COMMIT_CONFLICT_EXCEPTIONS):
-                    self.commit_conflict = line
-                if LEASE_LOST_MARKER in line:
-                    self.lease_lost = line.split(LEASE_LOST_MARKER, 1)[1]
-                if NO_GO_MARKER in line:
-                    self.no_go = line.split(NO_GO_MARKER, 1)[1]
+                self.answers.take(line)
                 if self.on_line is not None:
                     self.on_line(line)
 

@@ -28,6 +28,7 @@ from airflow_iceberg.core.gate_protocol import WRITE_GATE_DEFAULT_CONN_ID, owner
 from airflow_iceberg.core.gate_state import GateOwner, GateState
 from airflow_iceberg.core.gate_store import CloseAttempt, Closing, GateLease, GateStore
 from airflow_iceberg.core.gate_work import WorkHandshake
+from airflow_iceberg.core.job_report import read_report
 from airflow_iceberg.core.job_secrets import GateOwnerSecrets
 from airflow_iceberg.core.spark_slots import SparkSlotQueue, SparkSlotRequest
 from airflow_iceberg.core.tables import TableName
@@ -213,6 +214,14 @@ class WriteGateHook(BaseHook):
             run_id=owner.run_id,
             lease_seconds=lease_seconds,
         )
+
+    def job_report(self, report_id: str) -> list[str]:
+        """The lines a Spark job wrote into its report ``report_id`` (``core/job_report.py``); the report is removed."""
+        try:
+            with self.get_conn() as db:
+                return read_report(db, report_id)
+        except pymysql.err.ProgrammingError as error:
+            raise self._schema_error(error) from error
 
     def migrate(self) -> tuple[int, int]:
         """Create or upgrade the gate tables to this provider's schema; return the versions before and after."""

@@ -151,3 +151,13 @@ CREATE TABLE IF NOT EXISTS iceberg_gate_work (
     stop_reason  VARCHAR(1000) NULL COMMENT 'the run gave up before the go: the work ends without working',
     PRIMARY KEY (owner_dag_id, owner_run_id, attempt)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- version 11: the Spark job's report, so that its answers reach Airflow in cluster deploy mode too
+CREATE TABLE IF NOT EXISTS iceberg_gate_job_report (
+    report_id  CHAR(32)      NOT NULL COMMENT 'one submit of a rewrite: the task gives it, the job writes under it',
+    seq        INT           NOT NULL COMMENT 'the lines in the order the job said them',
+    line       TEXT          NOT NULL COMMENT 'a result row or a marker, as the job also prints it',
+    written_at TIMESTAMP(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (report_id, seq),
+    KEY iceberg_gate_job_report_written (written_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -22,10 +22,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowNotFoundExceptio
 from airflow_iceberg.core.bundle import core_zip  # noqa: E402
 from airflow_iceberg.core.gate_work import NoGo, WorkHandshake, await_go  # noqa: E402
 from airflow_iceberg.core.iceberg_runtime import check_options, runtime_of  # noqa: E402
+from airflow_iceberg.core.job_report import new_report_id  # noqa: E402
 from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE, JobSecrets, job_secrets_file  # noqa: E402
 from airflow_iceberg.core.lease import LeaseKeeper, LeaseLostError, lease_loss  # noqa: E402
 from airflow_iceberg.core.procedures import checked_procedure, normalize_arguments, normalize_options  # noqa: E402
-from airflow_iceberg.core.spark_job import JobArguments, ProcedureCall  # noqa: E402
+from airflow_iceberg.core.spark_job import JobAnswers, JobArguments, ProcedureCall  # noqa: E402
 from airflow_iceberg.core.tables import TableName  # noqa: E402
 from airflow_iceberg.hooks.catalogs import spark_settings_for_connection  # noqa: E402
 from airflow_iceberg.hooks.write_gate import WriteGateHook, run_attempt, run_owner, telling_the_work  # noqa: E402
@@ -60,9 +61,11 @@ class IcebergProcedureOperator(SparkSubmitOperator):
     no longer holds the gate or the pause reaches its ceiling. That failure and an Iceberg commit conflict fail
     the task without retries: inside the same gate window a retry would meet the same writer.
 
-    In local and client deploy modes each procedure's result row is logged and returned by procedure name, so it
-    lands in XCom, and the job's wall time is pushed under ``seconds``. In cluster deploy mode the driver's
-    output stays on the cluster and the task returns None.
+    Each procedure's result row is logged and returned by procedure name, so it lands in XCom, and the job's wall
+    time is pushed under ``seconds``. Behind a write gate the job also writes its result rows and markers into the
+    gate's MySQL (``core/job_report.py``), and the task takes them from there first: in cluster deploy mode the
+    driver's output stays on the cluster, and the answers are the same as in client mode. Without a gate, in
+    cluster deploy mode, the task returns None.
 
     :param table: The table: a :class:`TableName`, or its text ``catalog.namespace.table``.
     :param procedures: The procedures to call, in this order, e.g. ``["rewrite_manifests"]``.
@@ -120,6 +123,9 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self.wait_for_go_seconds = wait_for_go_seconds
         self._declared_files = self.files
         self._result_hook: IcebergSparkSubmitHook | None = None
+        #: This try's report through the gate's MySQL (``core/job_report.py``), and what it said once read.
+        self._report_id: str | None = None
+        self._reported: JobAnswers | None = None
         self._lease_lost: str | None = None
         self._went_at: float | None = None  # pre-started: when this task saw the go (monotonic)
 
@@ -175,6 +181,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self._hook = None  # built anew from this try's settings (a retry in the same process keeps none)
         self._lease_lost = None
         self._went_at = None
+        self._report_id = self._reported = None
         secrets: JobSecrets = {}
         keeper = watch = None
         if self.write_gate_conn_id:
@@ -207,6 +214,8 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                 keeper = LeaseKeeper.for_lease(
                     gate.lease(name, owner), held.lease_seconds, self._stop_spark, log=self.log.warning
                 )
+            # The job says its answers through the gate's MySQL too: in cluster deploy mode that is all there is.
+            self._report_id = secrets["gate"]["report_id"] = new_report_id()
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         secrets.update(catalog.job_secrets)
         # Set after template rendering on purpose: neither the catalog settings nor the secrets are rendered.
@@ -228,10 +237,16 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                     keeper.stop()
                 if watch is not None:
                     watch.stop()
-        hook = self._result_hook
-        results = dict(hook.results) if hook is not None else {}
+        results = dict(self._answers().results)
+        if not results and cluster and self._report_id is not None:
+            raise AirflowFailException(  # it may have committed: a retry would rewrite again inside the pause
+                f"{', '.join(self.procedures)} on {name}: the Spark job succeeded but reported no result rows, "
+                f"neither through the gate's MySQL (connection {self.write_gate_conn_id!r}) nor on spark-submit's "
+                "output, so what it committed cannot be checked. The driver's log on the cluster says why."
+            )
         if not results:
-            self.log.warning("The Spark job reported no result rows (cluster deploy mode keeps driver output)")
+            why = " (in cluster deploy mode without a write gate, the driver's output stays on the cluster)"
+            self.log.warning("The Spark job reported no result rows%s", why if cluster else "")
         for procedure, result in results.items():
             self.log.info("%s on %s: %s", procedure, name, result)
         self._check_results(context, results)
@@ -241,6 +256,20 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         for outlet in self.outlets:  # the table's asset event carries what each procedure did
             context["outlet_events"][outlet].extra = {"procedures": results}  # type: ignore[dict-item]  # JSON rows
         return results or None
+
+    def _answers(self) -> JobAnswers:
+        """What the job said: from its report through the gate's MySQL first, from spark-submit's output the rest."""
+        said = self._result_hook.answers if self._result_hook is not None else JobAnswers()
+        if self._report_id is None or self.write_gate_conn_id is None:
+            return said
+        if self._reported is None:
+            try:
+                lines = WriteGateHook(self.write_gate_conn_id).job_report(self._report_id)
+            except Exception as error:  # the output may still have it all (local and client deploy modes)
+                self.log.warning("Could not read the Spark job's report from the gate's MySQL: %s", error)
+                lines = []
+            self._reported = JobAnswers.of(lines)
+        return self._reported.before(said)
 
     def _went(self, look: Any) -> LeaseKeeper:
         """The go came (seen by this task's watch): keep the lease from here on, as the job does."""
@@ -261,16 +290,14 @@ class IcebergProcedureOperator(SparkSubmitOperator):
 
     def _failure(self, error: Exception) -> Exception:
         """What the task raises for a failed Spark job: failures a retry cannot mend fail it at once."""
-        hook = self._result_hook
+        answers = self._answers()
         what = f"{', '.join(self.procedures)} on {self.table}"
-        done = f" ({', '.join(hook.results)} had completed and committed)" if hook is not None and hook.results else ""
-        if hook is not None and hook.no_go is not None:
-            return AirflowFailException(f"{what} did not run: {hook.no_go}. No CALL ran; the table is as it was{done}.")
-        lost = (
-            (hook.lease_lost if hook is not None else None)
-            or self._lease_lost
-            or (str(error) if isinstance(error, LeaseLostError) else None)
-        )
+        done = f" ({', '.join(answers.results)} had completed and committed)" if answers.results else ""
+        if answers.no_go is not None:
+            return AirflowFailException(
+                f"{what} did not run: {answers.no_go}. No CALL ran; the table is as it was{done}."
+            )
+        lost = answers.lease_lost or self._lease_lost or (str(error) if isinstance(error, LeaseLostError) else None)
         if lost is not None:
             advice = {
                 "taken": "The gate's audit trail (`airflow-iceberg report`) says who took it.",
@@ -283,12 +310,12 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                 f"Writers may commit now{done}; each commit it completed before it stopped stays (Iceberg commits "
                 f"are atomic), and it committed nothing else. {advice}".rstrip()
             )
-        if hook is not None and hook.commit_conflict is not None:
+        if answers.commit_conflict is not None:
             # Retrying inside the same gate window would only race the same writer again.
             return AirflowFailException(
                 f"{what} lost an Iceberg commit conflict, so that procedure committed nothing{done}: a writer "
                 f"committed to the table during the pause. Check that every writer of {self.table} reads the "
-                f"write gate. Spark said: {hook.commit_conflict}"
+                f"write gate. Spark said: {answers.commit_conflict}"
             )
         return error
 

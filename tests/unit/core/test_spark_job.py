@@ -130,3 +130,16 @@ def test_an_error_that_is_not_a_lost_commit_is_raised_at_once():
     with pytest.raises(OSError, match="warehouse is gone"):
         until_it_wins(attempt, lost_to)
     assert made == [1]
+
+
+def test_the_jobs_answers_from_its_report_come_first_and_its_output_gives_only_what_the_report_lacks():
+    from airflow_iceberg.core.spark_job import JobAnswers
+
+    data = format_result_line({"procedure": "rewrite_data_files", "rewritten_data_files_count": 2})
+    conflict = "org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete"
+    reported = JobAnswers.of([data])
+    printed = JobAnswers.of(["Running: CALL ...", format_result_line({"procedure": "x", "n": 1}), conflict])
+    merged = reported.before(printed)
+    assert merged.results == {"rewrite_data_files": {"rewritten_data_files_count": 2}}
+    assert merged.commit_conflict == conflict and merged.lease_lost is None and merged.no_go is None
+    assert JobAnswers().before(printed).results == {"x": {"n": 1}}

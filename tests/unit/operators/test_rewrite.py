@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -256,10 +257,25 @@ class StandingLease:
         return Lease(seconds_left=300, at_pause_deadline=False)
 
 
-def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any) -> tuple[list[str], dict, int, Path]:
+REWROTE_NOTHING = format_result_line({"procedure": "rewrite_data_files", "rewritten_data_files_count": 0})
+
+
+def submitted(
+    monkeypatch,
+    tmp_path,
+    spark: dict,
+    catalog: dict,
+    report: Sequence[str] = (REWROTE_NOTHING,),
+    output: Sequence[str] = (),
+    ti: Any = None,
+    fails: bool = False,
+    **rewrite: Any,
+) -> tuple[list[str], dict, int, Path]:
     """Run the gated rewrite task's execute with these connections, up to spark-submit, which is not started.
 
     ``rewrite`` overrides the operator's arguments (one ``rewrite_data_files`` on the whole table by default).
+    The job is taken to have said ``report`` through the gate's MySQL and ``output`` on spark-submit's output, and
+    to have failed if ``fails``.
     Returns the command it would run, the secrets file's contents and mode at that moment, and the file.
     """
     from airflow_iceberg.core.gate_state import GateState
@@ -275,11 +291,21 @@ def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any)
     monkeypatch.setattr(WriteGateHook, "lease", lambda self, table, owner: StandingLease())
     seen = {}
 
+    def job_report(hook, report_id: str) -> list[str]:  # what a job would have said through the gate's MySQL
+        seen["report_id"] = report_id
+        return list(report)
+
+    monkeypatch.setattr(WriteGateHook, "job_report", job_report)
+
     def submit(hook, application: str = "", **kwargs):
         seen["command"] = hook._build_spark_submit_command(application)
         path = Path(flag(seen["command"], "--job-secrets"))
         local = path if path.is_absolute() else Path(flag(seen["command"], "--files").split(",")[-1])
         seen["file"], seen["secrets"], seen["mode"] = local, json.loads(local.read_text()), local.stat().st_mode
+        for line in output:
+            hook.answers.take(line)
+        if fails:
+            raise RuntimeError("spark-submit exited with 1")
         return None
 
     monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
@@ -301,7 +327,9 @@ def submitted(monkeypatch, tmp_path, spark: dict, catalog: dict, **rewrite: Any)
         def xcom_push(self, key, value):
             pass
 
-    op.execute({"outlet_events": {}, "dag": Dag, "run_id": "manual__1", "params": {}, "ti": TaskInstance()})
+    context = {"outlet_events": {}, "dag": Dag, "run_id": "manual__1", "params": {}, "ti": ti or TaskInstance()}
+    op.execute(context)
+    assert seen["report_id"] == seen["secrets"]["gate"]["report_id"]  # the task read the report it asked for
     return seen["command"], seen["secrets"], seen["mode"], seen["file"]
 
 
@@ -320,6 +348,7 @@ def test_no_secret_is_on_the_command_line_or_in_any_conf_in_any_deploy_mode(monk
     assert stat_mode(file_mode) == 0o600
     assert all(secret in json.dumps(shipped) for secret in [*secrets, GATE_PASSWORD])
     assert shipped["gate"]["lease_seconds"] == 300 and shipped["gate"]["run_id"] == "manual__1"
+    assert len(shipped["gate"]["report_id"]) == 32  # where the job reports: the gate's MySQL, not its output
     assert not secrets_file.exists()
     job_secrets = flag(command, "--job-secrets")
     if cluster:  # shipped by spark-submit and found by name where the driver runs
@@ -368,6 +397,52 @@ def test_file_groups_that_failed_under_partial_progress_fail_the_rewrite_without
         op.execute({"outlet_events": {}, "ti": ti})
     assert "file groups that did succeed were committed" in str(raised.value)
     assert ti.pushed == {"results": {"rewrite_data_files": result}, "partial_failure": f"rewrite_data_files {sentence}"}
+
+
+@pytest.mark.parametrize("mode", ["yarn-cluster", "kubernetes-cluster", "yarn-client"])
+def test_the_jobs_report_through_the_gates_mysql_gives_the_answers_of_its_output_in_every_deploy_mode(
+    tmp_path, monkeypatch, mode
+):
+    """In cluster deploy mode the driver's output stays on the cluster: the report gives the same answers, a
+    partial failure included, as spark-submit's output gives in client mode."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    result = {"rewritten_data_files_count": 4, "failed_data_files_count": 0, "planned_data_files_count": 40}
+    result["uncommitted_data_files_count"] = 7
+    line = format_result_line({"procedure": "rewrite_data_files", **result})
+    output = [] if DEPLOY_MODES[mode][1] else [line]  # client mode: the output has it too
+    ti = PushedXCom()
+    with pytest.raises(AirflowFailException, match="rewrite_data_files left 7 data files of 40 planned as they were"):
+        submitted(monkeypatch, tmp_path, DEPLOY_MODES[mode][0], SECRET_CATALOGS["jdbc-password"][0], [line], output, ti)
+    assert ti.pushed["results"] == {"rewrite_data_files": result}
+
+
+def test_a_cluster_mode_job_that_reported_nothing_fails_the_run_naming_the_gates_connection(tmp_path, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(
+        AirflowFailException,
+        match="reported no result rows, neither through the gate's MySQL "
+        r"\(connection 'write_gate_default'\)",
+    ):
+        submitted(monkeypatch, tmp_path, DEPLOY_MODES["yarn-cluster"][0], SECRET_CATALOGS["jdbc-password"][0], [])
+
+
+def test_the_report_comes_first_and_the_output_gives_what_it_lacks(tmp_path, monkeypatch):
+    """A line the job could not write to its report (the gate's MySQL away a moment) still counts from the output
+    in client mode; a commit conflict named in the report fails the run as one named on the output does."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    partial = {"rewritten_data_files_count": 4, "failed_data_files_count": 3}
+    line = format_result_line({"procedure": "rewrite_data_files", **partial})
+    ti = PushedXCom()
+    client, catalog = DEPLOY_MODES["yarn-client"][0], SECRET_CATALOGS["jdbc-password"][0]
+    with pytest.raises(AirflowFailException, match="rewrite_data_files left 3 data files as they were"):
+        submitted(monkeypatch, tmp_path, client, catalog, [], [line], ti)
+    assert ti.pushed["results"] == {"rewrite_data_files": partial}
+    conflict = "org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete"
+    with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict.*found new position delete"):
+        submitted(monkeypatch, tmp_path, DEPLOY_MODES["yarn-cluster"][0], catalog, [conflict], fails=True)
 
 
 def test_a_partial_progress_rewrite_that_committed_every_planned_file_succeeds(tmp_path, monkeypatch):
