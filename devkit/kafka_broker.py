@@ -35,6 +35,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devkit import extra_jvm_options
+from devkit.jvm_service import stop_group
 from devkit.live_airflow import free_port
 
 KAFKA_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_KAFKA_BUILD", Path(__file__).parents[1] / "build" / "kafka"))
@@ -173,13 +174,7 @@ class KafkaBroker:
 
     def stop(self) -> None:
         """Stop the broker (SIGTERM, a controlled shutdown); kill it if it has not ended within 30 s."""
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait(timeout=30)
+        stop_group(self._process)
 
     def close(self) -> None:
         self.stop()

@@ -54,14 +54,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _server_settings(server: str, port: int, user: str) -> dict[str, Any]:
+    return {
+        "host": os.environ.get(f"AIRFLOW_ICEBERG_{server}_HOST", "127.0.0.1"),
+        "port": int(os.environ.get(f"AIRFLOW_ICEBERG_{server}_PORT", str(port))),
+        "user": os.environ.get(f"AIRFLOW_ICEBERG_{server}_USER", user),
+        "password": os.environ.get(f"AIRFLOW_ICEBERG_{server}_PASSWORD", ""),
+    }
+
+
 def postgres_settings() -> dict[str, Any]:
     """Where the PostgreSQL of the embedded default is (scripts/env.sh; scripts/setup.sh starts it)."""
-    return {
-        "host": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_HOST", "127.0.0.1"),
-        "port": int(os.environ.get("AIRFLOW_ICEBERG_POSTGRES_PORT", "5432")),
-        "user": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_USER", "postgres"),
-        "password": os.environ.get("AIRFLOW_ICEBERG_POSTGRES_PASSWORD", ""),
-    }
+    return _server_settings("POSTGRES", 5432, "postgres")
+
+
+def mysql_settings() -> dict[str, Any]:
+    """Where the MySQL (MariaDB) of the embedded default is, and its administrator (scripts/env.sh)."""
+    return _server_settings("MYSQL", 3306, "root")
 
 
 def postgres(database: str = "postgres"):

@@ -131,12 +131,18 @@ for name in "${stacks[@]}"; do
     setup_stack "$name"
 done
 
-# --- Kafka: a broker for the CDC tests (KRaft), its jars from Maven Central; devkit/kafka_broker.py runs it ------
+# --- The tests' servers from Maven Central: a Kafka broker (KRaft) for the CDC tests, an Iceberg REST catalog -----
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
     if ! stamp_ok kafka requirements/kafka-broker.xml || [[ ! -f "$AIRFLOW_ICEBERG_KAFKA_BUILD/classpath" ]]; then
         step "Kafka broker's jars ($AIRFLOW_ICEBERG_KAFKA_BUILD)"
         maven -f requirements/kafka-broker.xml package -Dkafka.dir="$AIRFLOW_ICEBERG_KAFKA_BUILD"
         stamp_write kafka requirements/kafka-broker.xml
+    fi
+    # Iceberg's REST catalog server, for the tests of a REST catalog; devkit/rest_catalog.py runs it.
+    if ! stamp_ok rest-catalog requirements/rest-catalog.xml || [[ ! -f "$AIRFLOW_ICEBERG_REST_BUILD/classpath" ]]; then
+        step "Iceberg REST catalog server's jars ($AIRFLOW_ICEBERG_REST_BUILD)"
+        maven -f requirements/rest-catalog.xml package -Drest.dir="$AIRFLOW_ICEBERG_REST_BUILD"
+        stamp_write rest-catalog requirements/rest-catalog.xml
     fi
 fi
 

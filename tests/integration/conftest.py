@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from devkit import EXTRA_JVM_OPTIONS_ENV
+from devkit.live_airflow import mysql_settings
 from devkit.stack_checks import SMOKE_ENV
 from scripts import stacks
 from tests.conftest import WORKER_SUFFIX
@@ -102,18 +103,12 @@ def _require_environment() -> None:
 
 
 def _mysql() -> pymysql.connections.Connection:
-    host = os.environ.get("AIRFLOW_ICEBERG_MYSQL_HOST", "127.0.0.1")
-    port = int(os.environ.get("AIRFLOW_ICEBERG_MYSQL_PORT", "3306"))
+    settings = mysql_settings()
     try:
-        return pymysql.connect(
-            host=host,
-            port=port,
-            user=os.environ.get("AIRFLOW_ICEBERG_MYSQL_USER", "root"),
-            password=os.environ.get("AIRFLOW_ICEBERG_MYSQL_PASSWORD", ""),
-            autocommit=True,
-        )
+        return pymysql.connect(**settings, autocommit=True)
     except pymysql.err.OperationalError as error:
-        pytest.exit(f"MySQL at {host}:{port} is not reachable ({error}); the suite needs it", returncode=2)
+        where = f"{settings['host']}:{settings['port']}"
+        pytest.exit(f"MySQL at {where} is not reachable ({error}); the suite needs it", returncode=2)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -127,10 +122,7 @@ def integration_stack() -> None:
     warehouse = ROOT / "build" / f"test-warehouse{WORKER_SUFFIX}"
     shutil.rmtree(warehouse, ignore_errors=True)
     warehouse.mkdir(parents=True)
-    user = os.environ.get("AIRFLOW_ICEBERG_MYSQL_USER", "root")
-    password = os.environ.get("AIRFLOW_ICEBERG_MYSQL_PASSWORD", "")
-    host = os.environ.get("AIRFLOW_ICEBERG_MYSQL_HOST", "127.0.0.1")
-    port = int(os.environ.get("AIRFLOW_ICEBERG_MYSQL_PORT", "3306"))
+    user, password, host, port = (mysql_settings()[key] for key in ("user", "password", "host", "port"))
     auth = f"{user}:{password}" if password else user
     # Connections for the suite: the same names the DAGs use, pointing at the suite's own databases.
     os.environ["AIRFLOW_CONN_LAKE"] = json.dumps(
@@ -283,6 +275,22 @@ def gate_writer():
 def gate_table(unique_name: str) -> str:
     """A table name of this test's own, so its gate starts open and its audit trail empty."""
     return f"lake.gate.{unique_name}"
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(integration_stack: None) -> Iterator[Any]:
+    """Iceberg's REST catalog server for the session (``devkit/rest_catalog.py``), over a JdbcCatalog in a database
+    of the suite's own, as the Iceberg connection ``rest``: tables ``rest.<namespace>.<table>``."""
+    from devkit.rest_catalog import RestCatalog
+
+    database = f"airflow_iceberg_test_rest{DB_SUFFIX}"
+    with _mysql() as db, db.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    base = ROOT / "build" / f"test-rest-catalog{WORKER_SUFFIX}"
+    shutil.rmtree(base, ignore_errors=True)
+    with RestCatalog(base, mysql_settings(), database) as rest, pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AIRFLOW_CONN_REST", json.dumps(rest.iceberg_connection()))
+        yield rest
 
 
 @pytest.fixture
