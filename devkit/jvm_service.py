@@ -14,8 +14,10 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from devkit import extra_jvm_options
+from devkit.live_airflow import free_port
 
 
 class JvmServiceError(RuntimeError):
@@ -96,3 +98,29 @@ def stop_group(process: subprocess.Popen | None, grace: float = 30) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+
+
+class CatalogServer:
+    """A catalog's server on a free loopback port, its state in MySQL database ``database`` (created by
+    :meth:`start`), its tables' data under ``base_dir/warehouse``; ``mysql`` holds pymysql's host, port, user and
+    password. A subclass sets :attr:`server` and :attr:`uri`, and starts it in :meth:`start`."""
+
+    server: JvmService
+    uri: str
+
+    def __init__(self, base_dir: Path, mysql: dict[str, Any], database: str) -> None:
+        if not database.replace("_", "").isalnum():
+            raise ValueError(f"database {database!r}: letters, digits and _ only")
+        self.base_dir, self.mysql, self.database = Path(base_dir), mysql, database
+        self.warehouse = self.base_dir / "warehouse"
+        self.port = free_port()
+
+    def __enter__(self) -> CatalogServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.stop()
+
+    def start(self) -> None:
+        raise NotImplementedError

@@ -24,22 +24,17 @@ from typing import Any
 
 import pymysql
 
-from devkit.jvm_service import JvmService, classpath_of
-from devkit.live_airflow import free_port
+from devkit.jvm_service import CatalogServer, JvmService, classpath_of
 
 REST_BUILD = Path(os.environ.get("AIRFLOW_ICEBERG_REST_BUILD", Path(__file__).parents[1] / "build" / "rest-catalog"))
 
 
-class RestCatalog:
+class RestCatalog(CatalogServer):
     """The server, its catalog's tables in MySQL database ``database`` (created) and its warehouse under
     ``base_dir``. ``mysql`` holds pymysql's host, port, user and password."""
 
     def __init__(self, base_dir: Path, mysql: dict[str, Any], database: str) -> None:
-        if not database.replace("_", "").isalnum():
-            raise ValueError(f"database {database!r}: letters, digits and _ only")
-        self.base_dir, self.mysql, self.database = Path(base_dir), mysql, database
-        self.warehouse = self.base_dir / "warehouse"
-        self.port = free_port()
+        super().__init__(base_dir, mysql, database)
         self.uri = f"http://127.0.0.1:{self.port}"
         # nullDatabaseMeansCurrent: the JdbcCatalog looks for its tables with DatabaseMetaData.getTables on no
         # database, which MariaDB's driver answers from every database: another catalog's tables would stop it
@@ -60,13 +55,6 @@ class RestCatalog:
             "org.apache.iceberg.rest.RESTCatalogServer",
             env=env,
         )
-
-    def __enter__(self) -> RestCatalog:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.server.stop()
 
     def config(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.uri}/v1/config", timeout=5) as response:

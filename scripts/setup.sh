@@ -131,7 +131,7 @@ for name in "${stacks[@]}"; do
     setup_stack "$name"
 done
 
-# --- The tests' servers from Maven Central: a Kafka broker (KRaft) for the CDC tests, an Iceberg REST catalog -----
+# --- The tests' servers, from Maven Central: a Kafka broker (KRaft), a REST catalog and a Hive Metastore ---------
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
     if ! stamp_ok kafka requirements/kafka-broker.xml || [[ ! -f "$AIRFLOW_ICEBERG_KAFKA_BUILD/classpath" ]]; then
         step "Kafka broker's jars ($AIRFLOW_ICEBERG_KAFKA_BUILD)"
@@ -143,6 +143,12 @@ if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
         step "Iceberg REST catalog server's jars ($AIRFLOW_ICEBERG_REST_BUILD)"
         maven -f requirements/rest-catalog.xml package -Drest.dir="$AIRFLOW_ICEBERG_REST_BUILD"
         stamp_write rest-catalog requirements/rest-catalog.xml
+    fi
+    # A standalone Hive Metastore, for the tests of a Hive catalog; devkit/hive_metastore.py runs it.
+    if ! stamp_ok hive-metastore requirements/hive-metastore.xml || [[ ! -f "$AIRFLOW_ICEBERG_HMS_BUILD/classpath" ]]; then
+        step "Hive Metastore's jars ($AIRFLOW_ICEBERG_HMS_BUILD)"
+        maven -f requirements/hive-metastore.xml package -Dhms.dir="$AIRFLOW_ICEBERG_HMS_BUILD"
+        stamp_write hive-metastore requirements/hive-metastore.xml
     fi
 fi
 

@@ -283,14 +283,31 @@ def rest_catalog(integration_stack: None) -> Iterator[Any]:
     of the suite's own, as the Iceberg connection ``rest``: tables ``rest.<namespace>.<table>``."""
     from devkit.rest_catalog import RestCatalog
 
-    database = f"airflow_iceberg_test_rest{DB_SUFFIX}"
+    with _catalog_server(RestCatalog, "rest") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(integration_stack: None) -> Iterator[Any]:
+    """A standalone Hive Metastore for the session (``devkit/hive_metastore.py``), its schema in a database of the
+    suite's own, as the Iceberg connection ``hive``: tables ``hive.<namespace>.<table>``."""
+    from devkit.hive_metastore import HiveMetastore
+
+    with _catalog_server(HiveMetastore, "hive") as server:
+        yield server
+
+
+@contextmanager
+def _catalog_server(server_class: Any, name: str) -> Iterator[Any]:
+    """``server_class`` started on a fresh database and directory of the suite's, as the Iceberg connection ``name``."""
+    database = f"airflow_iceberg_test_{name}{DB_SUFFIX}"
     with _mysql() as db, db.cursor() as cursor:
         cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
-    base = ROOT / "build" / f"test-rest-catalog{WORKER_SUFFIX}"
+    base = ROOT / "build" / f"test-{name}-catalog{WORKER_SUFFIX}"
     shutil.rmtree(base, ignore_errors=True)
-    with RestCatalog(base, mysql_settings(), database) as rest, pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AIRFLOW_CONN_REST", json.dumps(rest.iceberg_connection()))
-        yield rest
+    with server_class(base, mysql_settings(), database) as server, pytest.MonkeyPatch.context() as patch:
+        patch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps(server.iceberg_connection()))
+        yield server
 
 
 @pytest.fixture
