@@ -52,6 +52,7 @@ class JvmService:
         heap: str = "256m",
         jvm_options: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         self.base_dir = Path(base_dir)
@@ -59,13 +60,21 @@ class JvmService:
         self.log_file = self.base_dir / f"{name}.log"
         self._command = ["java", f"-Xmx{heap}", *extra_jvm_options(), *jvm_options, "-cp", classpath, main, *args]
         self._env = {**os.environ, **(env or {})}
+        self._cwd = cwd
         self.process: subprocess.Popen | None = None
 
     def start(self, answers: Callable[[], bool], timeout: float = 120) -> None:
         """Run the server until ``answers()`` says it serves; :class:`JvmServiceError` if it exits or stays silent."""
         with self.log_file.open("a") as out:
+            # stdin stays open until it stops: a server may take its end for the sign to stop (MiniHadoop does)
             self.process = subprocess.Popen(
-                self._command, stdout=out, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self._env,
+                cwd=self._cwd,
+                start_new_session=True,
             )
         weakref.finalize(self, _kill_at_exit, self.process)
         deadline = time.monotonic() + timeout
@@ -100,22 +109,17 @@ def stop_group(process: subprocess.Popen | None, grace: float = 30) -> None:
             process.wait(timeout=30)
 
 
-class CatalogServer:
-    """A catalog's server on a free loopback port, its state in MySQL database ``database`` (created by
-    :meth:`start`), its tables' data under ``base_dir/warehouse``; ``mysql`` holds pymysql's host, port, user and
-    password. A subclass sets :attr:`server` and :attr:`uri`, and starts it in :meth:`start`."""
+def add_opens(*packages: str) -> list[str]:
+    """The JVM options that open these packages of ``java.base`` to the class path's code (Java 17 closes them)."""
+    return [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in packages]
+
+
+class OnJvm:
+    """Something a :class:`JvmService` serves: started when its ``with`` block begins, stopped when it ends."""
 
     server: JvmService
-    uri: str
 
-    def __init__(self, base_dir: Path, mysql: dict[str, Any], database: str) -> None:
-        if not database.replace("_", "").isalnum():
-            raise ValueError(f"database {database!r}: letters, digits and _ only")
-        self.base_dir, self.mysql, self.database = Path(base_dir), mysql, database
-        self.warehouse = self.base_dir / "warehouse"
-        self.port = free_port()
-
-    def __enter__(self) -> CatalogServer:
+    def __enter__(self) -> OnJvm:
         self.start()
         return self
 
@@ -124,3 +128,18 @@ class CatalogServer:
 
     def start(self) -> None:
         raise NotImplementedError
+
+
+class CatalogServer(OnJvm):
+    """A catalog's server on a free loopback port, its state in MySQL database ``database`` (created by
+    :meth:`start`), its tables' data under ``base_dir/warehouse``; ``mysql`` holds pymysql's host, port, user and
+    password. A subclass sets :attr:`server` and :attr:`uri`, and starts it in :meth:`start`."""
+
+    uri: str
+
+    def __init__(self, base_dir: Path, mysql: dict[str, Any], database: str) -> None:
+        if not database.replace("_", "").isalnum():
+            raise ValueError(f"database {database!r}: letters, digits and _ only")
+        self.base_dir, self.mysql, self.database = Path(base_dir), mysql, database
+        self.warehouse = self.base_dir / "warehouse"
+        self.port = free_port()

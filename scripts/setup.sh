@@ -131,7 +131,7 @@ for name in "${stacks[@]}"; do
     setup_stack "$name"
 done
 
-# --- The tests' servers, from Maven Central: a Kafka broker (KRaft), a REST catalog and a Hive Metastore ---------
+# --- The tests' servers, from Maven Central: Kafka (KRaft), a REST catalog, a Hive Metastore, YARN and HDFS -----
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
     if ! stamp_ok kafka requirements/kafka-broker.xml || [[ ! -f "$AIRFLOW_ICEBERG_KAFKA_BUILD/classpath" ]]; then
         step "Kafka broker's jars ($AIRFLOW_ICEBERG_KAFKA_BUILD)"
@@ -149,6 +149,13 @@ if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
         step "Hive Metastore's jars ($AIRFLOW_ICEBERG_HMS_BUILD)"
         maven -f requirements/hive-metastore.xml package -Dhms.dir="$AIRFLOW_ICEBERG_HMS_BUILD"
         stamp_write hive-metastore requirements/hive-metastore.xml
+    fi
+    # A YARN and an HDFS in one JVM (Hadoop's minicluster), for the tests on YARN; devkit/mini_hadoop.py runs it.
+    mapfile -t hadoop_sources < <(find devkit/mini_hadoop -type f | sort)
+    if ! stamp_ok mini-hadoop "${hadoop_sources[@]}" || [[ ! -f "$AIRFLOW_ICEBERG_HADOOP_BUILD/classpath" ]]; then
+        step "Hadoop mini-cluster, YARN and HDFS ($AIRFLOW_ICEBERG_HADOOP_BUILD)"
+        maven -f devkit/mini_hadoop/pom.xml package -Dhadoop.dir="$AIRFLOW_ICEBERG_HADOOP_BUILD"
+        stamp_write mini-hadoop "${hadoop_sources[@]}"
     fi
 fi
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -18,6 +19,10 @@ from typing import Any
 
 from airflow_iceberg.core.procedures import build_call, normalize_options
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
+
+#: How ``--calls`` says its value is base64 of the calls' JSON (:meth:`JobArguments.argv`).
+CALLS_BASE64 = "base64:"
+
 
 #: The line prefix the Spark job prints its procedure result row behind, for the Airflow operator to find.
 RESULT_MARKER = "AIRFLOW_ICEBERG_RESULT "
@@ -62,19 +67,35 @@ class JobArguments:
     job_secrets: str | None = None  # a path, or in cluster deploy modes the name of a file shipped with --files
 
     def argv(self) -> list[str]:
+        """The command line. The calls travel as base64 of their JSON (:data:`CALLS_BASE64`): YARN takes ``{{`` and
+        ``}}`` in a container's command for its own parameter expansion, and turned ``"arguments": {}}`` into
+        ``"arguments": {,`` in cluster deploy mode; base64 passes every launcher and shell unchanged."""
         calls = json.dumps([asdict(call) for call in self.calls])
         secrets = ["--job-secrets", self.job_secrets] if self.job_secrets else []
-        return ["--table", str(self.table), "--calls", calls, *secrets]
+        encoded = CALLS_BASE64 + base64.urlsafe_b64encode(calls.encode()).decode()
+        return ["--table", str(self.table), "--calls", encoded, *secrets]
+
+    @staticmethod
+    def calls_json(text: str) -> Any:
+        """What ``--calls`` holds, decoded: the base64 :meth:`argv` gives, or plain JSON (a job run by hand)."""
+        if text.startswith(CALLS_BASE64):
+            try:
+                text = base64.b64decode(text[len(CALLS_BASE64) :].encode(), altchars=b"-_", validate=True).decode()
+            except (ValueError, UnicodeDecodeError) as error:
+                raise InvalidCallError(f"--calls is not valid base64: {shown(text)}") from error
+        return json.loads(text)
 
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> JobArguments:
         """The arguments in ``argv``, each checked: a bad one raises before Spark starts."""
         parser = argparse.ArgumentParser(description="Run Iceberg procedures on one table, in order")
         parser.add_argument("--table", required=True, help="catalog.namespace.table")
-        parser.add_argument("--calls", required=True, help="JSON list of procedure calls (ProcedureCall)")
+        parser.add_argument(
+            "--calls", required=True, help="JSON list of procedure calls (ProcedureCall), or base64: and its base64"
+        )
         parser.add_argument("--job-secrets", default=None, help="the job's secrets file: a path, or a --files name")
         args = parser.parse_args(argv)
-        calls = json.loads(args.calls)
+        calls = cls.calls_json(args.calls)
         if not isinstance(calls, list) or not calls:
             raise InvalidCallError(f"--calls must be a non-empty JSON list of procedure calls, got {shown(calls)}")
         return cls(TableName.parse(args.table), tuple(ProcedureCall.from_json(c) for c in calls), args.job_secrets)

@@ -114,6 +114,10 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         kwargs.setdefault("application", str(RUN_PROCEDURE_JOB))
         kwargs.setdefault("name", f"iceberg-{','.join(procedures)}-{name}")
         super().__init__(**kwargs)
+        # Each try submits an application of its own, under its own lease and report: a retry never takes over an
+        # earlier try's application (which the Spark provider's durable tracking would do).
+        if hasattr(self, "durable") and "durable" not in kwargs:
+            self.durable = False
         self.table = name
         self.procedures = list(procedures)
         self.options = {p: dict(o) for p, o in (options or {}).items()}
@@ -345,8 +349,23 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         core = str(core_zip())
         if core not in (self.py_files or "").split(","):
             self.py_files = ",".join(filter(None, (core, self.py_files)))
+        if self._yarn_rm_address() and hasattr(self, "_yarn_track_via_rm_api"):
+            # YARN in cluster mode, its ResourceManager's REST API named: the provider tracks the application there
+            # and kills it there at a kill (on_kill), with no `yarn` command on the worker.
+            self._yarn_track_via_rm_api = True
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook
+
+    def _yarn_rm_address(self) -> str | None:
+        """The ResourceManager's web address of a YARN connection in cluster deploy mode, if its extra names it."""
+        try:
+            connection = SparkSubmitHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            return None
+        extra = connection.extra_dejson
+        if (connection.host or "").strip() != "yarn" or (self._deploy_mode or extra.get("deploy-mode")) != "cluster":
+            return None
+        return extra.get("yarn_resourcemanager_webapp_address") or None
 
 
 class _GoWatch:

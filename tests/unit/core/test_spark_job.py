@@ -143,3 +143,17 @@ def test_the_jobs_answers_from_its_report_come_first_and_its_output_gives_only_w
     assert merged.results == {"rewrite_data_files": {"rewritten_data_files_count": 2}}
     assert merged.commit_conflict == conflict and merged.lease_lost is None and merged.no_go is None
     assert JobAnswers().before(printed).results == {"x": {"n": 1}}
+
+
+def test_the_calls_travel_as_base64_with_no_brace_pair_that_yarn_would_expand_and_parse_back_alike():
+    calls = (
+        ProcedureCall("rewrite_data_files", {"min-input-files": 2}, "ts >= TIMESTAMP '2026-12-03 00:00:00'", {}),
+        ProcedureCall("rewrite_position_delete_files", {"rewrite-all": True}, None, {}),
+    )
+    argv = JobArguments(TableName.parse("lake.db.events"), calls, "secrets.json").argv()
+    assert not any("{{" in a or "}}" in a or "'" in a for a in argv)  # YARN's {{VAR}}, and a shell's quotes
+    assert JobArguments.parse(argv) == JobArguments(TableName.parse("lake.db.events"), calls, "secrets.json")
+    by_hand = ["--table", "lake.db.events", "--calls", '[{"procedure": "rewrite_data_files"}]']
+    assert JobArguments.parse(by_hand).calls[0].procedure == "rewrite_data_files"  # plain JSON still reads
+    with pytest.raises(InvalidCallError, match="--calls is not valid base64"):
+        JobArguments.parse(["--table", "lake.db.events", "--calls", "base64:%%%"])

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_iceberg.core.job_secrets import JOB_SECRETS_FILE
 from airflow_iceberg.core.lease import Lease, LeaseLostError
-from airflow_iceberg.core.spark_job import format_result_line
+from airflow_iceberg.core.spark_job import JobArguments, format_result_line
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook
 from airflow_iceberg.operators.procedure import RUN_PROCEDURE_JOB, SPARK_JOBS_DIR
@@ -470,8 +470,8 @@ def test_both_rewrites_go_to_one_spark_submit_in_order_each_with_its_own_predica
         options={"rewrite_data_files": {"min-input-files": 5}, "rewrite_position_delete_files": {"rewrite-all": True}},
         where={"rewrite_data_files": "dt >= '20240620'"},
     )
-    assert [c["procedure"] for c in json.loads(flag(command, "--calls"))] == both
-    data, deletes = json.loads(flag(command, "--calls"))
+    assert [c["procedure"] for c in JobArguments.calls_json(flag(command, "--calls"))] == both
+    data, deletes = JobArguments.calls_json(flag(command, "--calls"))
     assert (data["options"], data["where"]) == ({"min-input-files": 5}, "dt >= '20240620'")
     assert (deletes["options"], deletes["where"]) == ({"rewrite-all": True}, None)
     assert command.count(str(RUN_PROCEDURE_JOB)) == 1

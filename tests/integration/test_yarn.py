@@ -1,0 +1,102 @@
+"""The compaction DAG on a real YARN, in client and in cluster deploy mode (``devkit/mini_hadoop.py``: Hadoop's
+MiniYARNCluster and MiniDFSCluster in one JVM), chosen by the Spark connection alone.
+
+In cluster deploy mode the job's driver runs in a YARN container and its output stays there: the job's answers
+reach the task through the gate's MySQL (``core/job_report.py``), so the XCom and the run record are those of
+client mode, and a partial failure fails the run as on one machine.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devkit.mini_hadoop import MiniHadoop
+from devkit.tables import TableStats
+from devkit.writers import write_small_files
+from tests.integration.conftest import CATALOG_USER_PASSWORD, GATE_USERS, ROOT, WORKER_SUFFIX
+
+pytestmark = pytest.mark.xdist_group("yarn")  # one mini-cluster for every test here, on one worker
+
+WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--delete-commits", "2")
+#: What differs between two compactions of two tables written alike, besides where they ran: how long each part
+#: took, and the bytes of delete files, which hold their data files' paths (and so the table's name).
+TIMINGS = ("call_seconds", "removal_seconds")
+
+
+@pytest.fixture(scope="module")
+def yarn(integration_stack) -> Iterator[MiniHadoop]:
+    """A YARN and an HDFS for the module, and the Spark connections ``spark_yarn_client`` and
+    ``spark_yarn_cluster`` on it, as a user writes them; HADOOP_CONF_DIR set as on a YARN gateway."""
+    base = ROOT / "build" / f"test-mini-hadoop{WORKER_SUFFIX}"
+    shutil.rmtree(base, ignore_errors=True)
+    with MiniHadoop(base) as hadoop, pytest.MonkeyPatch.context() as patch:
+        for name, value in hadoop.spark_env().items():
+            patch.setenv(name, value)
+        for mode in ("client", "cluster"):
+            extra = {"deploy-mode": mode, "queue": "default", "yarn_resourcemanager_webapp_address": hadoop.rm_web}
+            patch.setenv(
+                f"AIRFLOW_CONN_SPARK_YARN_{mode.upper()}",
+                json.dumps({"conn_type": "spark", "host": "yarn", "extra": extra}),
+            )
+        yield hadoop
+
+
+def yarn_spark(hadoop: MiniHadoop) -> dict:
+    """A table list entry's ``spark`` block for this cluster, from the stack's Spark environment (whose
+    spark-submit is on PATH: its Python, and the PySpark package that is its SPARK_HOME)."""
+    python = Path(shutil.which("spark-submit")).parent / "python"
+    spark_home = subprocess.run(
+        [python, "-c", "import os, pyspark; print(os.path.dirname(pyspark.__file__))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return {"conf": hadoop.spark_conf(Path(spark_home), python)}
+
+
+def results_without_timings(xcom: dict) -> dict:
+    def kept(procedure: str, key: str) -> bool:
+        return key not in TIMINGS and not (procedure == "rewrite_position_delete_files" and "bytes" in key)
+
+    return {procedure: {k: v for k, v in row.items() if kept(procedure, k)} for procedure, row in xcom.items()}
+
+
+def test_cluster_mode_gives_the_xcom_and_run_record_of_client_mode_with_no_secret_in_the_containers(
+    yarn, password_protected_catalog, unique_name, table_config, compaction_dag, gate_hook
+):
+    seen = {}
+    for mode in ("client", "cluster"):
+        table = f"lake.yarn.{unique_name}_{mode}"
+        write_small_files(table_config(table), *WRITER_ARGS)
+        before = TableStats.read("lake", table)
+        dag = compaction_dag(table, spark_conn_id=f"spark_yarn_{mode}", spark=yarn_spark(yarn))
+        run = dag.test()
+        assert run.state == "success", {ti.task_id: ti.state for ti in run.get_task_instances()}
+        xcom = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+        record = gate_hook.records.run_records(table)[-1]
+        after = TableStats.read("lake", table)
+        assert after.rows == before.rows and after.data_files < before.data_files
+        [app] = [a for a in yarn.apps() if a["name"].endswith(f"-{table}")]
+        seen[mode] = (results_without_timings(xcom), record, app)
+        took = app["elapsedTime"] / 1000
+        print(f"YARN {mode} mode: {app['id']} {app['state']}/{app['finalStatus']} in {took:.1f} s; "
+              f"files {before.data_files} -> {after.data_files}; XCom {json.dumps(xcom)}")  # fmt: skip
+    (client, client_record, client_app), (cluster, cluster_record, cluster_app) = seen["client"], seen["cluster"]
+    assert cluster == client
+    counts = ("outcome", "data_files_before", "data_files_after", "delete_files_before", "delete_files_after")
+    assert {k: cluster_record.get(k) for k in counts} == {k: client_record.get(k) for k in counts}, (
+        client_record,
+        cluster_record,
+    )
+    assert cluster_app["finalStatus"] == client_app["finalStatus"] == "SUCCEEDED"
+    # What the NodeManager ran for each container: its command line and its environment, with no secret.
+    for app in (client_app, cluster_app):
+        scripts = yarn.container_launch_scripts(app["id"])
+        assert scripts, f"no container of {app['id']} found"
+        for container, script in scripts.items():
+            for secret in (CATALOG_USER_PASSWORD, *(password for _, password, _ in GATE_USERS.values())):
+                assert secret not in script, f"a secret is in {container}'s launch script"
