@@ -20,6 +20,7 @@ from devkit.mini_hadoop import MiniHadoop
 from devkit.tables import TableStats
 from devkit.writers import write_small_files
 from tests.integration.conftest import CATALOG_USER_PASSWORD, GATE_USERS, ROOT, WORKER_SUFFIX
+from tests.integration.test_partial_progress import a_partial_failure_fails_the_run
 
 pytestmark = pytest.mark.xdist_group("yarn")  # one mini-cluster for every test here, on one worker
 
@@ -100,3 +101,15 @@ def test_cluster_mode_gives_the_xcom_and_run_record_of_client_mode_with_no_secre
         for container, script in scripts.items():
             for secret in (CATALOG_USER_PASSWORD, *(password for _, password, _ in GATE_USERS.values())):
                 assert secret not in script, f"a secret is in {container}'s launch script"
+
+
+def test_a_partial_failure_in_cluster_mode_fails_the_run_and_says_so_as_on_one_machine(
+    yarn, unique_name, compaction_dag, gate_hook
+):
+    """Commit groups that fail under partial progress: the job's result row reaches the task only through its
+    report, and the run fails with the sentence it fails with on one machine (``test_partial_progress.py``)."""
+    settings = {"spark_conn_id": "spark_yarn_cluster", "spark": yarn_spark(yarn)}
+    failure = a_partial_failure_fails_the_run(unique_name, compaction_dag, gate_hook, **settings)
+    [app] = [a for a in yarn.apps() if a["name"].endswith(f"-lake.partial.{unique_name}")]
+    print(f"YARN cluster mode, partial failure: {app['id']} {app['state']}/{app['finalStatus']}; the run: {failure}")
+    assert app["finalStatus"] == "SUCCEEDED"  # Iceberg ends such a rewrite normally: only the report tells
