@@ -42,9 +42,24 @@ def defer_kubernetes_client() -> None:
 defer_kubernetes_client()  # before the Spark provider's hook module, which imports the client at once
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook  # noqa: E402
+from requests.auth import AuthBase  # noqa: E402
 
 from airflow_iceberg.core.processes import die_with_parent  # noqa: E402
 from airflow_iceberg.core.spark_job import JobAnswers  # noqa: E402
+
+
+class HadoopSimpleAuth(AuthBase):
+    """Hadoop's simple (pseudo) authentication for a YARN ResourceManager's REST API: the caller names itself in
+    ``user.name``, as spark-submit does with ``HADOOP_USER_NAME``. Without it such a ResourceManager answers a kill
+    with 401 ("Unable to obtain user name"). A Kerberos cluster uses SPNEGO (the Spark provider's own) instead.
+    A ``requests`` auth: called with each request before it is sent."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+    def __call__(self, request: Any) -> Any:
+        request.prepare_url(request.url, {"user.name": self.user})
+        return request
 
 
 class IcebergSparkSubmitHook(SparkSubmitHook):

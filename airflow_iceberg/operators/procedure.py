@@ -3,6 +3,8 @@ maintenance operators."""
 
 from __future__ import annotations
 
+import getpass
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -10,7 +12,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from airflow_iceberg.hooks.spark_submit import IcebergSparkSubmitHook, defer_kubernetes_client
+from airflow_iceberg.hooks.spark_submit import HadoopSimpleAuth, IcebergSparkSubmitHook, defer_kubernetes_client
 
 defer_kubernetes_client()  # before the Spark provider's operator (the hook module did too, before its own import)
 
@@ -234,7 +236,10 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                 if watch is not None:
                     watch.start()
                 super().execute(context)
-            except Exception as error:
+            except BaseException as error:  # AirflowTaskTimeout is a BaseException
+                self._end_spark_work()
+                if not isinstance(error, Exception):
+                    raise
                 raise self._failure(error) from error
             finally:
                 if keeper is not None:
@@ -285,6 +290,17 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         )
         keeper.start()
         return keeper
+
+    def _end_spark_work(self) -> None:
+        """A try that failed or timed out leaves no Spark work running: in cluster deploy mode the application
+        outlives spark-submit (on YARN, tracked through the ResourceManager, spark-submit is gone already), and
+        Airflow calls ``on_kill`` only for a task killed from outside, not for one whose ``execute`` raised."""
+        if self._hook is None:
+            return
+        try:
+            self._hook.on_kill()
+        except Exception as error:  # best effort: the job stops itself at its next lease renewal anyway
+            self.log.warning("Could not end the Spark application of %s: %s", self.table, error)
 
     def _stop_spark(self, reason: str) -> None:
         """The task's lease keeper lost the gate: end spark-submit (the job, if started, stops on its own too)."""
@@ -351,10 +367,17 @@ class IcebergProcedureOperator(SparkSubmitOperator):
             self.py_files = ",".join(filter(None, (core, self.py_files)))
         if self._yarn_rm_address() and hasattr(self, "_yarn_track_via_rm_api"):
             # YARN in cluster mode, its ResourceManager's REST API named: the provider tracks the application there
-            # and kills it there at a kill (on_kill), with no `yarn` command on the worker.
+            # and kills it there at a kill (on_kill), with no `yarn` command on the worker. Without Kerberos, as
+            # the user spark-submit submits as.
             self._yarn_track_via_rm_api = True
+            if self._yarn_rm_auth is None and not (self.keytab or self.principal or self._kerberos_in_connection()):
+                self._yarn_rm_auth = HadoopSimpleAuth(os.environ.get("HADOOP_USER_NAME") or getpass.getuser())
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook
+
+    def _kerberos_in_connection(self) -> bool:
+        extra = SparkSubmitHook.get_connection(self._conn_id).extra_dejson
+        return bool(extra.get("keytab") and extra.get("principal"))
 
     def _yarn_rm_address(self) -> str | None:
         """The ResourceManager's web address of a YARN connection in cluster deploy mode, if its extra names it."""

@@ -11,10 +11,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from devkit.mini_hadoop import MiniHadoop
 from devkit.tables import TableStats
@@ -28,6 +32,8 @@ WRITER_ARGS = ("--days", "2", "--commits", "3", "--files-per-commit", "6", "--de
 #: What differs between two compactions of two tables written alike, besides where they ran: how long each part
 #: took, and the bytes of delete files, which hold their data files' paths (and so the table's name).
 TIMINGS = ("call_seconds", "removal_seconds")
+#: The kill test's timeout of rewrite_files: past the application's start-up (about 10 s here), within its CALLs.
+KILL_AFTER_SECONDS = 25
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +63,10 @@ def yarn_spark(hadoop: MiniHadoop) -> dict:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     return {"conf": hadoop.spark_conf(Path(spark_home), python)}
+
+
+def load_snapshots(table: str) -> list:
+    return IcebergHook("lake").load_table(table.split(".", 1)[1]).snapshots()
 
 
 def results_without_timings(xcom: dict) -> dict:
@@ -113,3 +123,68 @@ def test_a_partial_failure_in_cluster_mode_fails_the_run_and_says_so_as_on_one_m
     [app] = [a for a in yarn.apps() if a["name"].endswith(f"-lake.partial.{unique_name}")]
     print(f"YARN cluster mode, partial failure: {app['id']} {app['state']}/{app['finalStatus']}; the run: {failure}")
     assert app["finalStatus"] == "SUCCEEDED"  # Iceberg ends such a rewrite normally: only the report tells
+
+
+class AppWatch(threading.Thread):
+    """Reads the ResourceManager's applications every 0.2 s: when each was first seen running, and when ended."""
+
+    def __init__(self, hadoop: MiniHadoop) -> None:
+        super().__init__(daemon=True)
+        self.hadoop, self.running_at, self.ended = hadoop, {}, {}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(0.2):
+            for app in self.hadoop.apps():
+                if app["state"] == "RUNNING":
+                    self.running_at.setdefault(app["id"], time.time())
+                if app["state"] in ("FINISHED", "FAILED", "KILLED"):
+                    self.ended.setdefault(app["id"], (time.time(), app["state"]))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=10)
+
+
+def test_a_rewrite_task_killed_while_its_application_runs_kills_it_on_yarn_and_commits_nothing(
+    yarn, unique_name, table_config, compaction_dag, gate_hook
+):
+    """The task killed by its timeout once the application runs: the provider's on_kill kills the application
+    through the ResourceManager's REST API; the gate reopens; no commit lands after the kill."""
+    table = f"lake.yarn.{unique_name}"
+    write_small_files(table_config(table), *WRITER_ARGS)
+    before = TableStats.read("lake", table)
+    dag = compaction_dag(table, spark_conn_id="spark_yarn_cluster", spark=yarn_spark(yarn))
+    dag.get_task("rewrite_files").execution_timeout = timedelta(seconds=KILL_AFTER_SECONDS)
+    dag.get_task("rewrite_files").retries = 0  # one kill, one application
+    watch = AppWatch(yarn)
+    watch.start()
+    try:
+        run = dag.test()
+        rewrite = run.get_task_instance("rewrite_files")
+        killed_at = rewrite.end_date.timestamp()
+        [app] = [a for a in yarn.apps() if a["name"].endswith(f"-{table}")]
+        deadline = time.monotonic() + 60
+        while app["id"] not in watch.ended and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        watch.stop()
+    ended_at, state = watch.ended[app["id"]]
+    record = gate_hook.records.run_records(table)[-1]
+    after = TableStats.read("lake", table)
+    replaced = [s for s in load_snapshots(table) if s.summary.operation.value == "replace"]
+    print(
+        f"YARN cluster mode, killed {KILL_AFTER_SECONDS} s into rewrite_files ({app['id']} running since "
+        f"{killed_at - watch.running_at[app['id']]:.1f} s before): the application ended {state} "
+        f"{max(ended_at - killed_at, 0):.1f} s after the kill; writers paused {record['gate_closed_seconds']:.1f} s; "
+        f"commits of the rewrite: {len(replaced)}, none after the gate reopened"
+    )
+    assert run.state == "failed" and rewrite.state == "failed"
+    assert app["id"] in watch.running_at, "the application never ran before the kill: raise KILL_AFTER_SECONDS"
+    assert state == "KILLED" and ended_at - killed_at < 30
+    assert run.get_task_instance("open_gate").state == "success"
+    assert not gate_hook.get_state(table).pauses_writers
+    [opened] = [e["at"] for e in gate_hook.audit_trail(table) if e["action"] == "open"]
+    # Any commit of the rewrite landed while the gate was closed: none after writers resumed.
+    assert all(s.timestamp_ms / 1000 < opened.timestamp() for s in replaced), (replaced, opened)
+    assert after.rows == before.rows

@@ -257,6 +257,7 @@ class StandingLease:
         return Lease(seconds_left=300, at_pause_deadline=False)
 
 
+EXITED = RuntimeError("spark-submit exited with 1")
 REWROTE_NOTHING = format_result_line({"procedure": "rewrite_data_files", "rewritten_data_files_count": 0})
 
 
@@ -268,14 +269,14 @@ def submitted(
     report: Sequence[str] = (REWROTE_NOTHING,),
     output: Sequence[str] = (),
     ti: Any = None,
-    fails: bool = False,
+    fails: BaseException | None = None,
     **rewrite: Any,
 ) -> tuple[list[str], dict, int, Path]:
     """Run the gated rewrite task's execute with these connections, up to spark-submit, which is not started.
 
     ``rewrite`` overrides the operator's arguments (one ``rewrite_data_files`` on the whole table by default).
     The job is taken to have said ``report`` through the gate's MySQL and ``output`` on spark-submit's output, and
-    to have failed if ``fails``.
+    to have failed with ``fails``, if given.
     Returns the command it would run, the secrets file's contents and mode at that moment, and the file.
     """
     from airflow_iceberg.core.gate_state import GateState
@@ -304,8 +305,8 @@ def submitted(
         seen["file"], seen["secrets"], seen["mode"] = local, json.loads(local.read_text()), local.stat().st_mode
         for line in output:
             hook.answers.take(line)
-        if fails:
-            raise RuntimeError("spark-submit exited with 1")
+        if fails is not None:
+            raise fails
         return None
 
     monkeypatch.setattr(IcebergSparkSubmitHook, "submit", submit)
@@ -442,7 +443,7 @@ def test_the_report_comes_first_and_the_output_gives_what_it_lacks(tmp_path, mon
     assert ti.pushed["results"] == {"rewrite_data_files": partial}
     conflict = "org.apache.iceberg.exceptions.ValidationException: Cannot commit, found new position delete"
     with pytest.raises(AirflowFailException, match="lost an Iceberg commit conflict.*found new position delete"):
-        submitted(monkeypatch, tmp_path, DEPLOY_MODES["yarn-cluster"][0], catalog, [conflict], fails=True)
+        submitted(monkeypatch, tmp_path, DEPLOY_MODES["yarn-cluster"][0], catalog, [conflict], fails=EXITED)
 
 
 def test_a_partial_progress_rewrite_that_committed_every_planned_file_succeeds(tmp_path, monkeypatch):
@@ -601,3 +602,39 @@ def test_a_pre_started_try_after_a_stop_ends_before_spark_starts(monkeypatch):
     with pytest.raises(AirflowFailException, match=r"did not run: wait_until_snapshot_idle failed: .* No CALL ran"):
         op.execute(context)
     assert stops and stops[0].startswith("rewrite_files failed: ")  # the stop stays said, for any later try
+
+
+def test_yarn_cluster_mode_with_the_resource_managers_address_is_tracked_and_killed_there_as_the_submitting_user(
+    monkeypatch, tmp_path
+):
+    import requests
+
+    from airflow_iceberg.hooks.spark_submit import HadoopSimpleAuth
+
+    monkeypatch.setenv("HADOOP_USER_NAME", "etl")
+    extra = {"deploy-mode": "cluster", "yarn_resourcemanager_webapp_address": "http://rm:8088"}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn", "extra": extra}))
+    op = IcebergRewriteOperator(task_id="rewrite_files", table="lake.demo.events", procedures=["rewrite_data_files"])
+    assert op.durable is False  # each try submits its own application
+    hook = op._get_hook()
+    assert hook._yarn_track_via_rm_api and isinstance(hook._yarn_rm_auth, HadoopSimpleAuth)
+    sent = requests.Request("PUT", "http://rm:8088/ws/v1/cluster/apps/application_1_1/state").prepare()
+    assert hook._yarn_rm_auth(sent).url.endswith("/state?user.name=etl")  # else: 401, user not authenticated
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    plain = IcebergRewriteOperator(task_id="r", table="lake.demo.events", procedures=["rewrite_data_files"])
+    assert not plain._get_hook()._yarn_track_via_rm_api  # client mode, or no address: spark-submit waits
+
+
+def test_a_rewrite_whose_spark_submit_fails_or_times_out_ends_its_application(monkeypatch, tmp_path):
+    """Airflow calls on_kill only for a task killed from outside; in cluster mode the application outlives the
+    failed try unless the task ends it."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+
+    killed = []
+    monkeypatch.setattr(IcebergSparkSubmitHook, "on_kill", lambda hook: killed.append(hook))
+    cluster, catalog = DEPLOY_MODES["yarn-cluster"][0], SECRET_CATALOGS["jdbc-password"][0]
+    with pytest.raises(RuntimeError, match="spark-submit exited with 1"):
+        submitted(monkeypatch, tmp_path, cluster, catalog, fails=EXITED)
+    with pytest.raises(AirflowTaskTimeout):  # a BaseException: execution_timeout's
+        submitted(monkeypatch, tmp_path, cluster, catalog, fails=AirflowTaskTimeout("Timeout, PID: 1"))
+    assert len(killed) == 2
