@@ -22,7 +22,8 @@ from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
 from devkit.mini_hadoop import MiniHadoop
 from devkit.tables import TableStats
-from devkit.writers import write_small_files
+from devkit.writer_jobs.ingest_events import expected_rows
+from devkit.writers import IngestJob, write_small_files
 from tests.integration.conftest import CATALOG_USER_PASSWORD, GATE_USERS, ROOT, WORKER_SUFFIX
 from tests.integration.test_partial_progress import a_partial_failure_fails_the_run
 
@@ -188,3 +189,37 @@ def test_a_rewrite_task_killed_while_its_application_runs_kills_it_on_yarn_and_c
     # Any commit of the rewrite landed while the gate was closed: none after writers resumed.
     assert all(s.timestamp_ms / 1000 < opened.timestamp() for s in replaced), (replaced, opened)
     assert after.rows == before.rows
+
+
+def test_beside_a_gated_writer_local_yarn_client_and_yarn_cluster_compactions_lose_no_commit(
+    yarn, unique_name, table_config, compaction_dag, gate_hook, tmp_path
+):
+    """One table, a gated Spark streaming MERGE writer committing every 3 s beside three compactions: on
+    ``local[2]``, on YARN in client and in cluster mode; each run's gate-closed seconds, from the same run."""
+    table = f"lake.yarn.{unique_name}"
+    stream = IngestJob(table_config(table), tmp_path / "stream", trigger_seconds=3.0, writer_id="events-merge")
+    closed = {}
+    try:
+        stream.start().wait_for_batches(2)
+        for where, conn_id in (("local[2]", "spark_default"), ("yarn client", "spark_yarn_client"),
+                               ("yarn cluster", "spark_yarn_cluster")):  # fmt: skip
+            stream.wait_for_batches(len(stream.batches()) + 2)
+            spark = {} if conn_id == "spark_default" else yarn_spark(yarn)
+            dag = compaction_dag(table, spark_conn_id=conn_id, spark=spark, idle_seconds=1800, max_pause_seconds=4000)
+            run = dag.test()
+            assert run.state == "success", (where, {ti.task_id: ti.state for ti in run.get_task_instances()})
+            closed[where] = gate_hook.records.run_records(table)[-1]["gate_closed_seconds"]
+    finally:
+        final = stream.stop()
+    print(
+        "gate closed, s, beside a gated writer: "
+        + ", ".join(f"{where} {seconds:.1f}" for where, seconds in closed.items())
+        + f"; the writer: {final['batches']} batches, {final['failed_commits']} failed commits"
+    )
+    assert (final["failed_commits"], final["exit_error"]) == (0, None), final["failures"]
+    assert stream.processes_left() == []
+    arrow = IcebergHook("lake").load_table(table.split(".", 1)[1]).scan().to_arrow()
+    keys = arrow["key"].to_pylist()
+    assert len(keys) == len(set(keys))
+    rows = dict(zip(keys, zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=True), strict=True))
+    assert rows == expected_rows(final["max_value"], stream.keys)
