@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -46,6 +47,18 @@ from requests.auth import AuthBase  # noqa: E402
 
 from airflow_iceberg.core.processes import die_with_parent  # noqa: E402
 from airflow_iceberg.core.spark_job import JobAnswers  # noqa: E402
+
+#: Hadoop's IPC client, retrying a server that refuses it ("Retrying connect to server: rm/10.0.0.5:8032. Already
+#: tried 3 time(s); ...") and YARN's client, naming the ResourceManager it connects to.
+_RETRYING = re.compile(r"Retrying connect to server: (\S+?)\.? Already tried (\d+) time")
+_CONNECTING_TO_RM = re.compile(r"Connecting to ResourceManager at (\S+)")
+#: Hadoop's client giving up on a server ("Call From vm/127.0.0.1 to rm:8032 failed on connection exception").
+_GAVE_UP = re.compile(r"Call From \S+ to (\S+) failed on connection exception")
+#: After this many refused tries (a second apart) spark-submit is ended: the server is down or the address wrong.
+UNREACHABLE_AFTER_TRIES = 10
+#: How long a job's Hadoop client waits for a YARN ResourceManager, unless the table's spark.conf says: 30 s
+#: rather than Hadoop's 15 minutes, with the table's writers paused.
+RM_CONNECT_WAIT = {"spark.hadoop.yarn.resourcemanager.connect.max-wait.ms": "30000"}
 
 
 class HadoopSimpleAuth(AuthBase):
@@ -97,6 +110,10 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
         self.on_line = on_line
         #: What the job's lines on spark-submit's output said (``core/spark_job.JobAnswers``).
         self.answers = JobAnswers()
+        #: The Hadoop server (a YARN ResourceManager) spark-submit could not reach, and the one it set out for.
+        self.unreachable: str | None = None
+        self.unreachable_how = ""
+        self.resource_manager: str | None = None
         if logger_name is not None:
             self._logger_name = logger_name  # what BaseHook(logger_name=...) sets
 
@@ -133,6 +150,29 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
     def no_go(self) -> str | None:
         return self.answers.no_go
 
+    def _watch_for_an_unreachable_server(self, line: str) -> None:
+        """End spark-submit once it has tried a server :data:`UNREACHABLE_AFTER_TRIES` times in vain, and note the
+        server a Hadoop client gave up on: Hadoop's client would go on retrying a ResourceManager for 15 minutes
+        (``yarn.resourcemanager.connect.max-wait.ms``) while the table's writers stay paused. (In client deploy
+        mode the driver, at ``spark.log.level`` WARN, logs no retry: the rewrite task bounds that wait instead,
+        :data:`RM_CONNECT_WAIT`.)"""
+        if (rm := _CONNECTING_TO_RM.search(line)) is not None:
+            self.resource_manager = rm.group(1).lstrip("/")
+        if self.unreachable is None and (gave_up := _GAVE_UP.search(line)) is not None:
+            self.unreachable = gave_up.group(1)  # spark-submit fails on its own now
+            self.unreachable_how = "it refused every connection until Hadoop's client gave up"
+            return
+        retrying = _RETRYING.search(line)
+        if retrying is None or int(retrying.group(2)) + 1 < UNREACHABLE_AFTER_TRIES or self.unreachable:
+            return
+        self.unreachable = retrying.group(1)
+        self.unreachable_how = f"it refused {UNREACHABLE_AFTER_TRIES} tries"
+        self.log.error(
+            "spark-submit could not reach %s in %d tries: ending it", self.unreachable, UNREACHABLE_AFTER_TRIES
+        )
+        if self._submit_sp is not None and self._submit_sp.poll() is None:
+            self._submit_sp.kill()
+
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
         kwargs.setdefault("preexec_fn", functools.partial(die_with_parent, os.getpid()))
         return super().submit(application, **kwargs)
@@ -143,6 +183,7 @@ class IcebergSparkSubmitHook(SparkSubmitHook):
                 yield raw  # the hook handles the line first, so a failing callback never hides its log
                 line = str(raw).strip()
                 self.answers.take(line)
+                self._watch_for_an_unreachable_server(line)
                 if self.on_line is not None:
                     self.on_line(line)
 

@@ -12,7 +12,12 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from airflow_iceberg.hooks.spark_submit import HadoopSimpleAuth, IcebergSparkSubmitHook, defer_kubernetes_client
+from airflow_iceberg.hooks.spark_submit import (
+    RM_CONNECT_WAIT,
+    HadoopSimpleAuth,
+    IcebergSparkSubmitHook,
+    defer_kubernetes_client,
+)
 
 defer_kubernetes_client()  # before the Spark provider's operator (the hook module did too, before its own import)
 
@@ -225,7 +230,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         catalog = spark_settings_for_connection(name.catalog, self.iceberg_conn_id)
         secrets.update(catalog.job_secrets)
         # Set after template rendering on purpose: neither the catalog settings nor the secrets are rendered.
-        self.conf = {**catalog.conf, **(self.conf or {})}
+        self.conf = {**catalog.conf, **(RM_CONNECT_WAIT if self._on_yarn() else {}), **(self.conf or {})}
         with job_secrets_file(secrets) as secrets_path:
             # In cluster modes the driver runs elsewhere: spark-submit ships the file, the job finds it by name.
             self.files = ",".join(filter(None, [self._declared_files, str(secrets_path) if cluster else None]))
@@ -312,6 +317,16 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         """What the task raises for a failed Spark job: failures a retry cannot mend fail it at once."""
         answers = self._answers()
         what = f"{', '.join(self.procedures)} on {self.table}"
+        hook = self._result_hook
+        if hook is not None and hook.unreachable is not None:
+            rm = "YARN's ResourceManager" if hook.resource_manager else "a Hadoop server (its ResourceManager?)"
+            return AirflowFailException(
+                f"{what} did not start: spark-submit of Spark connection {self._conn_id!r} could not reach {rm} "
+                f"at {hook.unreachable} ({hook.unreachable_how}). Check that it runs, and that "
+                "yarn.resourcemanager.address in the yarn-site.xml of HADOOP_CONF_DIR "
+                f"({os.environ.get('HADOOP_CONF_DIR') or 'not set on this worker'}) points at it. Nothing was "
+                "submitted; the table is as it was."
+            )
         done = f" ({', '.join(answers.results)} had completed and committed)" if answers.results else ""
         if answers.no_go is not None:
             return AirflowFailException(
@@ -374,6 +389,12 @@ class IcebergProcedureOperator(SparkSubmitOperator):
                 self._yarn_rm_auth = HadoopSimpleAuth(os.environ.get("HADOOP_USER_NAME") or getpass.getuser())
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook
+
+    def _on_yarn(self) -> bool:
+        try:
+            return (SparkSubmitHook.get_connection(self._conn_id).host or "").strip() == "yarn"
+        except AirflowNotFoundException:
+            return False
 
     def _kerberos_in_connection(self) -> bool:
         extra = SparkSubmitHook.get_connection(self._conn_id).extra_dejson

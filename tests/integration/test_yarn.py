@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
+from devkit.live_airflow import free_port
 from devkit.mini_hadoop import MiniHadoop
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows
@@ -223,3 +224,36 @@ def test_beside_a_gated_writer_local_yarn_client_and_yarn_cluster_compactions_lo
     assert len(keys) == len(set(keys))
     rows = dict(zip(keys, zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=True), strict=True))
     assert rows == expected_rows(final["max_value"], stream.keys)
+
+
+def test_a_resource_manager_that_does_not_answer_fails_the_rewrite_naming_it_and_the_gate_is_open(
+    yarn, unique_name, table_config, compaction_dag, gate_hook, tmp_path, monkeypatch, capfd
+):
+    """HADOOP_CONF_DIR names a ResourceManager address where nothing listens: spark-submit is ended after its
+    tenth refused try (Hadoop's client would retry for 15 minutes), the task says what to check, the gate opens."""
+    table = f"lake.yarn.{unique_name}"
+    write_small_files(table_config(table), *WRITER_ARGS)
+    before = TableStats.read("lake", table)
+    wrong = tmp_path / "conf"
+    shutil.copytree(yarn.conf_dir, wrong)
+    site = wrong / "yarn-site.xml"
+    port = free_port()
+    site.write_text(site.read_text().replace(yarn.rm_address.split(":")[-1] + "<", f"{port}<"))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(wrong))
+    monkeypatch.setenv("YARN_CONF_DIR", str(wrong))
+    dag = compaction_dag(table, spark_conn_id="spark_yarn_client", spark=yarn_spark(yarn))
+    dag.get_task("rewrite_files").retries = 0
+    started = time.monotonic()
+    run = dag.test()
+    took = time.monotonic() - started
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    output = capfd.readouterr()
+    [said] = {line[line.index("rewrite_data_files") :] for line in (output.out + output.err).splitlines()
+              if "did not start: spark-submit of Spark connection" in line}  # fmt: skip
+    print(f"ResourceManager unreachable: the run ended {run.state} in {took:.1f} s, {states}; the task said: {said}")
+    # The driver logs at WARN: no retry line, the client's giving up after RM_CONNECT_WAIT's 30 s names it.
+    assert f"at localhost:{port} (it refused every connection until Hadoop's client gave up)" in said
+    assert "Spark connection 'spark_yarn_client'" in said and str(wrong) in said
+    assert run.state == "failed" and states["rewrite_files"] == "failed" and states["open_gate"] == "success"
+    assert not gate_hook.get_state(table).pauses_writers
+    assert TableStats.read("lake", table) == before

@@ -638,3 +638,41 @@ def test_a_rewrite_whose_spark_submit_fails_or_times_out_ends_its_application(mo
     with pytest.raises(AirflowTaskTimeout):  # a BaseException: execution_timeout's
         submitted(monkeypatch, tmp_path, cluster, catalog, fails=AirflowTaskTimeout("Timeout, PID: 1"))
     assert len(killed) == 2
+
+
+def test_a_resource_manager_that_refuses_spark_submit_fails_the_rewrite_naming_the_connection_and_what_to_check(
+    tmp_path, monkeypatch
+):
+    """Hadoop's client would retry for 15 minutes with writers paused: spark-submit is ended after 10 refused
+    tries, and the task says which server, through which connection, and where its address comes from."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.setenv("HADOOP_CONF_DIR", "/etc/hadoop/conf")
+    retry = (
+        "echo 'INFO Client: Retrying connect to server: rm.example.com/10.0.0.5:8032. Already tried {n} time(s); "
+        "retry policy is RetryUpToMaximumCountWithFixedSleep(maxRetries=10, sleepTime=1000 MILLISECONDS)'\n"
+    )
+    script = "echo 'INFO Connecting to ResourceManager at rm.example.com/10.0.0.5:8032'\n"
+    script += "".join(retry.format(n=n) for n in range(10)) + "exec sleep 30\n"  # it would go on: 0 if let be
+    op = rewrite_with_spark_submit(tmp_path, monkeypatch, script)
+    with pytest.raises(
+        AirflowFailException, match="did not start: spark-submit of Spark connection 'spark_default'"
+    ) as raised:
+        op.execute({"outlet_events": {}})
+    message = str(raised.value)
+    assert "could not reach YARN's ResourceManager at rm.example.com/10.0.0.5:8032" in message
+    assert "it refused 10 tries" in message and "HADOOP_CONF_DIR (/etc/hadoop/conf)" in message
+    assert "Nothing was submitted" in message
+
+
+@pytest.mark.parametrize("mode", ["yarn-client", "yarn-cluster", "local", "kubernetes-cluster"])
+def test_on_yarn_the_jobs_wait_for_the_resource_manager_is_30_s_not_hadoops_15_minutes(monkeypatch, tmp_path, mode):
+    command, *_ = submitted(monkeypatch, tmp_path, DEPLOY_MODES[mode][0], SECRET_CATALOGS["jdbc-password"][0])
+    bounded = "spark.hadoop.yarn.resourcemanager.connect.max-wait.ms=30000"
+    assert (bounded in command) == mode.startswith("yarn")
+    if mode == "yarn-client":  # the table's own spark.conf wins
+        conf = {"spark.hadoop.yarn.resourcemanager.connect.max-wait.ms": "120000"}
+        command, *_ = submitted(
+            monkeypatch, tmp_path, DEPLOY_MODES[mode][0], SECRET_CATALOGS["jdbc-password"][0], conf=conf
+        )
+        assert "spark.hadoop.yarn.resourcemanager.connect.max-wait.ms=120000" in command and bounded not in command
