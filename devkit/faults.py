@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 import yaml
 
+from airflow_iceberg.core.spark_job import JobArguments
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import WriteGateHook
@@ -197,12 +198,23 @@ def spark_jobs(root: psutil.Process, procedure: str) -> list[psutil.Process]:
     found = []
     for process in root.children(recursive=True):
         try:
-            command = " ".join(process.cmdline())
+            cmdline = process.cmdline()
         except psutil.Error:
             continue
-        if "run_procedure.py" in command and f'"procedure": "{procedure}"' in command:
+        if any("run_procedure.py" in part for part in cmdline) and procedure in _procedures_of(cmdline):
             found.append(process)
     return found
+
+
+def _procedures_of(cmdline: list[str]) -> list[str]:
+    """The procedures a job's command line calls (its ``--calls``, which travel as base64)."""
+    if "--calls" not in cmdline[:-1]:
+        return []
+    try:
+        calls = JobArguments.calls_json(cmdline[cmdline.index("--calls") + 1])
+    except ValueError:
+        return []
+    return [call.get("procedure") for call in calls if isinstance(call, dict)]
 
 
 def driver_started(root: psutil.Process, procedure: str) -> bool:
