@@ -43,6 +43,10 @@ SPARK_JOBS_DIR = Path(str(files("airflow_iceberg.spark_jobs"))).resolve()
 RUN_PROCEDURE_JOB = SPARK_JOBS_DIR / "run_procedure.py"
 
 
+#: A try's Spark connection before its first lookup.
+_UNREAD = object()
+
+
 class IcebergProcedureOperator(SparkSubmitOperator):
     """Run ``CALL <catalog>.system.<procedure>(...)`` for each of ``procedures`` on one table, one after another,
     in one PySpark application, and push their result rows.
@@ -139,6 +143,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self._reported: JobAnswers | None = None
         self._lease_lost: str | None = None
         self._went_at: float | None = None  # pre-started: when this task saw the go (monotonic)
+        self._spark_conn: Any = _UNREAD
 
     @staticmethod
     def check_procedures(procedures: Sequence[str], **by_procedure: Mapping[str, Any] | None) -> None:
@@ -188,6 +193,7 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         name = self.table
         calls = self._calls(context)
         started = time.monotonic()
+        self._spark_conn = _UNREAD  # this try's lookup
         cluster = self._in_cluster_deploy_mode()
         self._hook = None  # built anew from this try's settings (a retry in the same process keeps none)
         self._lease_lost = None
@@ -361,12 +367,10 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         naming the connection, before anything is submitted.
         """
         mode, master = self._deploy_mode, ""
-        try:
-            connection = SparkSubmitHook.get_connection(self._conn_id)
+        connection = self._spark_connection()
+        if connection is not None:
             mode = mode or connection.extra_dejson.get("deploy-mode")
             master = connection.host or ""
-        except AirflowNotFoundException:
-            pass
         if mode == "cluster" and master.startswith("spark://"):
             raise AirflowFailException(
                 f"Spark connection {self._conn_id!r} asks for cluster deploy mode on a standalone master "
@@ -390,21 +394,29 @@ class IcebergProcedureOperator(SparkSubmitOperator):
         self._result_hook = IcebergSparkSubmitHook.adopt(super()._get_hook())
         return self._result_hook
 
+    def _spark_connection(self) -> Any:
+        """The Spark connection, or None if it does not exist: looked up once per try (a secrets backend may be
+        slow, and a try asks several times, once with the gate closed)."""
+        if self._spark_conn is _UNREAD:
+            try:
+                self._spark_conn = SparkSubmitHook.get_connection(self._conn_id)
+            except AirflowNotFoundException:
+                self._spark_conn = None
+        return self._spark_conn
+
     def _on_yarn(self) -> bool:
-        try:
-            return (SparkSubmitHook.get_connection(self._conn_id).host or "").strip() == "yarn"
-        except AirflowNotFoundException:
-            return False
+        connection = self._spark_connection()
+        return connection is not None and (connection.host or "").strip() == "yarn"
 
     def _kerberos_in_connection(self) -> bool:
-        extra = SparkSubmitHook.get_connection(self._conn_id).extra_dejson
+        connection = self._spark_connection()
+        extra = connection.extra_dejson if connection is not None else {}
         return bool(extra.get("keytab") and extra.get("principal"))
 
     def _yarn_rm_address(self) -> str | None:
         """The ResourceManager's web address of a YARN connection in cluster deploy mode, if its extra names it."""
-        try:
-            connection = SparkSubmitHook.get_connection(self._conn_id)
-        except AirflowNotFoundException:
+        connection = self._spark_connection()
+        if connection is None:
             return None
         extra = connection.extra_dejson
         if (connection.host or "").strip() != "yarn" or (self._deploy_mode or extra.get("deploy-mode")) != "cluster":
