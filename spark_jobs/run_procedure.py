@@ -68,6 +68,7 @@ from airflow_iceberg.core.spark_job import (
     COMMIT_CONFLICT_EXCEPTIONS,
     LEASE_LOST_MARKER,
     NO_GO_MARKER,
+    RETRIED_WHEN_BEATEN,
     Attempts,
     JobArguments,
     ProcedureCall,
@@ -160,6 +161,30 @@ def remove_dangling_deletes(spark: Any, table: TableName) -> Attempts:
         return count
 
     return until_it_wins(attempt, _validation_failure)
+
+
+def run_call(spark: Any, table: TableName, procedure: str, statement: str) -> list[Any]:
+    """The CALL's result rows. A procedure of ``RETRIED_WHEN_BEATEN`` whose commit a writer's beat is called again
+    at the table's newest snapshot, until it wins or has lost ``DANGLING_REMOVAL_ATTEMPTS`` times."""
+    if procedure not in RETRIED_WHEN_BEATEN:
+        return spark.sql(statement).collect()
+    failures: list[Exception] = []
+
+    def attempt() -> list[Any]:
+        if failures:
+            spark.catalog.refreshTable(str(table))  # the catalog caches the table: start from the newest snapshot
+        try:
+            return spark.sql(statement).collect()
+        except Exception as error:
+            failures.append(error)
+            raise
+
+    tries = until_it_wins(attempt, _validation_failure)
+    for loss in tries.lost_to:
+        print(f"{procedure} lost to a writer's commit, called again: {loss}", flush=True)
+    if tries.result is None:
+        raise failures[-1]
+    return tries.result
 
 
 def with_removal(result: dict[str, Any], removal: Attempts) -> dict[str, Any]:
@@ -275,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             started = time.monotonic()
-            rows = spark.sql(statement).collect()
+            rows = run_call(spark, table, procedure, statement)
             # The CALL returned, so the procedure committed: its result stands even if the lease was lost
             # meanwhile (Iceberg validated that commit against every writer's).
             result = with_uncommitted(rows[0].asDict() if rows else {}, planned)

@@ -5,7 +5,8 @@
 - its result lines (:func:`format_result_line`) and the markers it prints when its run lost the gate, or when a
   pre-started job ended without the go, and what Airflow reads from those lines (:class:`JobAnswers`), whether
   they came on spark-submit's output or through the gate's MySQL (``core/job_report.py``, cluster deploy mode);
-- how it removes the delete files a rewrite left dangling (:func:`split_dangling_removal`, :func:`until_it_wins`).
+- how it removes the delete files a rewrite left dangling (:func:`split_dangling_removal`, :func:`until_it_wins`),
+  and which ungated procedures it calls again when a writer's commit beat theirs (``RETRIED_WHEN_BEATEN``).
 """
 
 from __future__ import annotations
@@ -127,6 +128,11 @@ REMOVE_DANGLING = "remove-dangling-deletes"
 #: How many times the job tries that removal, each time at the table's newest snapshot, before it leaves the
 #: dangling files to the next run.
 DANGLING_REMOVAL_ATTEMPTS = 5
+#: The procedures that run beside writers, with the gate open, and whose commit a writer's can beat: Iceberg's
+#: RewriteManifests refuses to commit once a writer's commit has replaced a manifest it rewrote ("Deleted manifest
+#: ... could not be found in the latest snapshot"). The job calls them again, each time at the newest snapshot, at
+#: most this many times: a manifest rewrite is metadata only, so each try costs seconds.
+RETRIED_WHEN_BEATEN = frozenset({"rewrite_manifests"})
 
 
 #: Iceberg's exceptions for a commit that lost to a concurrent one: another writer committed to the same
@@ -204,13 +210,13 @@ class Attempts:
     """What :func:`until_it_wins` did: the attempt's result (None when every attempt lost), how many it made, and
     what each lost attempt lost to."""
 
-    result: int | None
+    result: Any
     attempts: int
     lost_to: tuple[str, ...] = ()
 
 
 def until_it_wins(
-    attempt: Callable[[], int], lost: Callable[[Exception], str | None], attempts: int = DANGLING_REMOVAL_ATTEMPTS
+    attempt: Callable[[], Any], lost: Callable[[Exception], str | None], attempts: int = DANGLING_REMOVAL_ATTEMPTS
 ) -> Attempts:
     """Run ``attempt`` until it returns, at most ``attempts`` times; ``lost`` says what an error lost to (a commit
     that beat it), or None for an error that is not such a loss, which is raised at once."""
