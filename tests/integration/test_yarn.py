@@ -22,12 +22,15 @@ from pathlib import Path
 import pytest
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from devkit.live_airflow import free_port
+from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.surface.dag_factory import full_rewrite_dag_id
+from devkit.dag_runs import load_dag
+from devkit.live_airflow import free_port, mysql_settings
 from devkit.mini_hadoop import MiniHadoop
 from devkit.tables import TableStats
 from devkit.writer_jobs.ingest_events import expected_rows
 from devkit.writers import IngestJob, write_small_files
-from tests.integration.conftest import CATALOG_USER_PASSWORD, GATE_USERS, ROOT, WORKER_SUFFIX
+from tests.integration.conftest import CATALOG_USER_PASSWORD, DB_SUFFIX, GATE_USERS, ROOT, WORKER_SUFFIX, _mysql
 from tests.integration.test_partial_progress import a_partial_failure_fails_the_run
 
 # One mini-cluster for every test here; its JVMs (a ResourceManager, a NodeManager, each application's master
@@ -58,6 +61,29 @@ def yarn(integration_stack) -> Iterator[MiniHadoop]:
                 json.dumps({"conn_type": "spark", "host": "yarn", "extra": extra}),
             )
         yield hadoop
+
+
+@pytest.fixture(scope="module")
+def hdfs_catalog(yarn: MiniHadoop) -> Iterator[str]:
+    """A JDBC catalog (its own database in the suite's MariaDB) whose warehouse is on the mini-cluster's HDFS, as
+    the Iceberg connection ``lake_hdfs``: pyiceberg reads it through ``HdfsFileIO`` (the extra ``hdfs``), Spark
+    through its own Hadoop client."""
+    name, database = "lake_hdfs", f"airflow_iceberg_test_hdfs{DB_SUFFIX}"
+    with _mysql() as db, db.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+        cursor.execute(f"CREATE DATABASE `{database}`")
+    user, password, host, port = (mysql_settings()[key] for key in ("user", "password", "host", "port"))
+    auth = f"{user}:{password}" if password else user
+    extra = {
+        "type": "sql",
+        "uri": f"mysql+pymysql://{auth}@{host}:{port}/{database}",
+        "warehouse": f"{yarn.default_fs}/warehouse",
+        "py-io-impl": "airflow_iceberg.hooks.hdfs_io.HdfsFileIO",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(f"AIRFLOW_CONN_{name.upper()}", json.dumps({"conn_type": "iceberg", "extra": extra}))
+        IcebergHook(name).get_conn()  # the catalog's own tables, before Spark's JDBC catalog looks (conftest)
+        yield name
 
 
 def yarn_spark(hadoop: MiniHadoop) -> dict:
@@ -269,3 +295,50 @@ def test_a_resource_manager_that_does_not_answer_fails_the_rewrite_naming_it_and
     assert run.state == "failed" and states["rewrite_files"] == "failed" and states["open_gate"] == "success"
     assert not gate_hook.get_state(table).pauses_writers
     assert TableStats.read("lake", table) == before
+
+
+def test_on_a_warehouse_on_hdfs_compaction_in_cluster_mode_and_the_daily_full_rewrite_lose_no_commit(
+    yarn, hdfs_catalog, unique_name, table_config, compaction_dag, gate_hook, tmp_path
+):
+    """A table whose warehouse is on HDFS, a gated Spark streaming MERGE writer committing every 3 s: the
+    compaction DAG on YARN in cluster mode, then the daily full rewrite (with its upkeep: expiry, orphan files) on
+    YARN in client mode; the health of the table read by pyiceberg from HDFS throughout."""
+    table = TableName(hdfs_catalog, "yarn", unique_name)
+    stream = IngestJob(table_config(str(table)), tmp_path / "stream", trigger_seconds=3.0, writer_id="events-merge")
+    runs, closed = {}, {}
+    try:
+        stream.start().wait_for_batches(3)
+        location = IcebergHook(hdfs_catalog).load_table(table.in_catalog).location()
+        assert location.startswith(f"{yarn.default_fs}/warehouse/"), location
+        before = TableStats.read(hdfs_catalog, table)
+        for what, mode in (("compaction", "cluster"), ("full rewrite", "client")):
+            stream.wait_for_batches(len(stream.batches()) + 2)
+            settings = {"spark_conn_id": f"spark_yarn_{mode}", "spark": yarn_spark(yarn)}
+            dag = compaction_dag(str(table), **settings, idle_seconds=1800, max_pause_seconds=4000)
+            if what == "full rewrite":
+                dag = load_dag(full_rewrite_dag_id(table))
+            run = dag.test()
+            assert run.state == "success", (what, {ti.task_id: ti.state for ti in run.get_task_instances()})
+            runs[what] = run.get_task_instance("rewrite_files").xcom_pull(task_ids="rewrite_files")
+            closed[what] = gate_hook.records.run_records(str(table))[-1]["gate_closed_seconds"]
+    finally:
+        final = stream.stop()
+    after = TableStats.read(hdfs_catalog, table)
+    files = IcebergHook(hdfs_catalog).load_table(table.in_catalog).inspect.files().to_pylist()
+    apps = [(a["name"], a["finalStatus"]) for a in yarn.apps() if a["name"].endswith(f"-{table}")]
+    counts = {what: xcom["rewrite_data_files"]["rewritten_data_files_count"] for what, xcom in runs.items()}
+    print(
+        f"warehouse on HDFS ({location}): data files {before.data_files} -> {after.data_files}; rewritten "
+        + ", ".join(f"{what} {counts[what]} (gate closed {closed[what]:.1f} s)" for what in runs)
+        + f"; YARN applications {apps}; the writer: {final['batches']} batches, {final['failed_commits']} failed"
+    )
+    assert (final["failed_commits"], final["exit_error"]) == (0, None), final["failures"]
+    assert stream.processes_left() == []
+    assert all(count > 0 for count in counts.values()), runs
+    assert files and all(f["file_path"].startswith(f"{yarn.default_fs}/") for f in files)
+    assert len(apps) >= 2 and {status for _, status in apps} == {"SUCCEEDED"}, apps
+    arrow = IcebergHook(hdfs_catalog).load_table(table.in_catalog).scan().to_arrow()
+    keys = arrow["key"].to_pylist()
+    assert len(keys) == len(set(keys))
+    rows = dict(zip(keys, zip(arrow["value"].to_pylist(), arrow["payload"].to_pylist(), strict=True), strict=True))
+    assert rows == expected_rows(final["max_value"], stream.keys)
