@@ -14,7 +14,7 @@
 # make bad-day  a watched fleet's bad day on a live Airflow: the gate's MySQL, then the catalog's database, down
 #             for two minutes during the health watch's sweeps; then 200 tables needing work at once on 4 Spark
 #             slots, the triggerer and the scheduler SIGKILLed in the middle (about two and a half hours)
-# make unit   the fast tests only (no servers), Java and Python
+# make unit   the fast tests only (no servers): Python's on two workers, and the default Flink line's JUnit tests
 # make lint   ruff, mypy, and the package's layers (lint-imports: the contracts in pyproject.toml's tool.importlinter)
 # make layers  the import arrows between the package's parts, one per line (import-linter drawgraph), then the
 #             layers contract that holds them to run downward
@@ -92,8 +92,15 @@ layers: setup
 	@.venv/airflow/bin/import-linter drawgraph airflow_iceberg | sed -n 's/^ *"\.\([a-z_]*\)" *-> *"\.\([a-z_]*\)".*/\1 -> \2/p'
 	@.venv/airflow/bin/lint-imports --no-cache --no-logo
 
-unit: setup-stacks java-test
-	@$(ENV) $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+# The inner loop: the Python unit tests on two workers while Maven runs the default Flink line's JUnit tests beside
+# them (every line runs in make test, through java-test); its output is kept in build/unit-java.log.
+unit: setup-stacks
+	@started=$$(date +%s.%N); mkdir -p build; \
+	mvn -B -q --no-transfer-progress -f flink/pom.xml verify > build/unit-java.log 2>&1 & java=$$!; \
+	$(ENV) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup tests/unit $(PYTEST_ARGS); python=$$?; \
+	wait $$java; java=$$?; [ $$java = 0 ] || { tail -n 60 build/unit-java.log; echo "==> mvn verify failed"; }; \
+	echo "==> make unit: $$(python3 -c "import time; print(f'{time.time() - $$started:.1f}')") s wall for the tests (Python, and Java on the default Flink line $$(python3 scripts/stacks.py flink-line $$(python3 scripts/stacks.py default)))"; \
+	[ $$python = 0 ] && [ $$java = 0 ]
 
 bench-parse: setup
 	@$(ENV) $(PY) -m devkit.bench_parse

@@ -49,19 +49,20 @@ def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
     """A catalog read that hangs ends the wait when the sensor's time is up (or the least time a look gets, if that
     is later), not when the read returns."""
     released = threading.Event()
-    sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=10, timeout=2, mode="poke")
+    monkeypatch.setattr(sensor_module, "LOOK_FLOOR_SECONDS", 2.0)  # 10 s in a deployment: the rule, not the wait
+    sensor = SnapshotIdleSensor(task_id="w", table="lake.demo.events", idle_seconds=10, timeout=1, mode="poke")
     monkeypatch.setattr(sensor, "_check", lambda context: released.wait(600))  # a look that never comes back
     started = time.monotonic()
     try:
         with pytest.raises(
             AirflowSensorTimeout,
-            match="timeout of 2 s ran out, with a look still running after 10 s: no look at "
+            match="timeout of 1 s ran out, with a look still running after 2 s: no look at "
             "lake.demo.events finished: the catalog or the gate's MySQL",
         ):
             sensor.execute({"ti": TaskInstance()})
     finally:
         released.set()
-    assert time.monotonic() - started < 60  # the look's 10 s plus slack for a loaded machine, never the read's 600 s
+    assert time.monotonic() - started < 60  # the look's floor of 2 s plus slack for a loaded machine, never the read's 600 s
 
 
 def test_a_look_that_fails_fails_the_poke_with_its_own_error(monkeypatch):
