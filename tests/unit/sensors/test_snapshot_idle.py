@@ -62,7 +62,8 @@ def test_no_look_outlasts_the_sensors_timeout(monkeypatch):
             sensor.execute({"ti": TaskInstance()})
     finally:
         released.set()
-    assert time.monotonic() - started < 60  # the look's floor of 2 s plus slack for a loaded machine, never the read's 600 s
+    # The look's floor of 2 s plus slack for a loaded machine, never the read's 600 s.
+    assert time.monotonic() - started < 60
 
 
 def test_a_look_that_fails_fails_the_poke_with_its_own_error(monkeypatch):
