@@ -122,6 +122,12 @@ class MiniHadoop(OnJvm):
     def app(self, app_id: str) -> dict[str, Any]:
         return self._rest(f"apps/{app_id}")["app"]
 
+    def reported(self, app_id: str) -> dict[str, Any]:
+        """All the ResourceManager's REST API says of application ``app_id``: the application (its name, its
+        diagnostics, its AM's host and logs ...) and its attempts. It reports no container's command line or
+        environment: those are in :meth:`container_launch_scripts`."""
+        return {"app": self.app(app_id), "attempts": self._rest(f"apps/{app_id}/appattempts")}
+
     def container_launch_scripts(self, app_id: str) -> dict[str, str]:
         """Each container's ``launch_container.sh`` of application ``app_id``, by container id: the NodeManager's
         script that exports the container's environment and runs its command line."""

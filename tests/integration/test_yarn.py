@@ -136,8 +136,14 @@ def test_cluster_mode_gives_the_xcom_and_run_record_of_client_mode_with_no_secre
         cluster_record,
     )
     assert cluster_app["finalStatus"] == client_app["finalStatus"] == "SUCCEEDED"
-    # What the NodeManager ran for each container: its command line and its environment, with no secret.
+    # What the ResourceManager reports of each application, and what the NodeManager ran for each of its
+    # containers (the RM's REST API has no container command line or environment: the NM's launch script has
+    # both), with no secret.
     for app in (client_app, cluster_app):
+        reported = json.dumps(yarn.reported(app["id"]))
+        assert app["id"] in reported
+        for secret in (CATALOG_USER_PASSWORD, *(password for _, password, _ in GATE_USERS.values())):
+            assert secret not in reported, f"a secret is in what the ResourceManager reports of {app['id']}"
         scripts = yarn.container_launch_scripts(app["id"])
         assert scripts, f"no container of {app['id']} found"
         for container, script in scripts.items():
