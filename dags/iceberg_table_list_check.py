@@ -11,6 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from airflow_iceberg.surface.dag_files import table_list_problems
+from airflow_iceberg.fleet.dag_files import table_list_problems
 
 table_list_problems(Path(__file__).parent)

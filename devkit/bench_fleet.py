@@ -48,13 +48,13 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.core.shards import dag_file_count
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_bundle import FLEET_PARSE_SECONDS, FLEET_SETTINGS
+from airflow_iceberg.fleet.dag_files import write_dag_files
+from airflow_iceberg.fleet.shards import dag_file_count
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.surface.dag_bundle import FLEET_PARSE_SECONDS, FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
-from airflow_iceberg.surface.dag_files import write_dag_files
-from airflow_iceberg.table_list.loader import load_table_list
+from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE, load_table_list
 from devkit import bench_parse
 from devkit.bench_parse import FILES as DAG_FILES
 from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, DAGS_FOLDER, LiveAirflow
@@ -540,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         parse = bench_parse.measure(count, work)
         # The further compaction DAG files a list of this size takes, as `airflow-iceberg dags` writes them: at
         # Airflow's defaults nothing else would (under the fleet setting, the bundle would).
-        write_dag_files(DAGS_FOLDER, dag_file_count(count), remove_surplus=True)
+        write_dag_files(DAGS_FOLDER, dag_file_count(count, TABLES_PER_DAG_FILE), remove_surplus=True)
         results = {setting: watch(work, fleet, args, setting) for setting in SETTINGS_UNDER_TEST if setting in chosen}
         watches[count] = parse, results
         if cron_figures is None and count >= args.cron_tables and "defaults" in results:

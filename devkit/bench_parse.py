@@ -40,10 +40,10 @@ from pathlib import Path
 
 import yaml
 
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_files import dag_file_index, dag_file_name, dag_files_taken, write_dag_files
+from airflow_iceberg.fleet.shards import dag_file_of
 from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.surface.dag_files import dag_file_index, dag_file_name, write_dag_files
 from airflow_iceberg.table_list.loader import read_table_list
 from devkit.live_airflow import postgres, postgres_url
 
@@ -179,7 +179,7 @@ def dag_folder(count: int, workdir: Path, no_cron: bool = False) -> tuple[Path, 
     for name in FILES:
         shutil.copyfile(DAGS / name, folder / name)
     (folder / "iceberg_tables.yaml").write_text(yaml.safe_dump(table_list(count, no_cron)))
-    write_dag_files(folder, read_table_list(folder / "iceberg_tables.yaml").dag_files)
+    write_dag_files(folder, dag_files_taken(read_table_list(folder / "iceberg_tables.yaml")))
     compaction = sorted((p.name for p in folder.glob("iceberg_compaction*.py")), key=dag_file_index)
     return folder, [*compaction, FILES[1]]
 

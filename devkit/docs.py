@@ -24,8 +24,8 @@ from pydantic import BaseModel, PlainSerializer
 from pydantic.fields import FieldInfo
 
 from airflow_iceberg.core import conflicts, gate_protocol, gate_store
+from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.hooks.write_gate_schema import SCHEMA_FILE
-from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.table_list import schema
 from scripts import stacks
 

@@ -83,7 +83,7 @@ def _dags(args: argparse.Namespace, out: TextIO) -> int:
 def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
     """Write the further compaction DAG files that ``table_list`` takes, and remove those it no longer does."""
     from airflow_iceberg.exceptions import IcebergConfigError
-    from airflow_iceberg.surface.dag_files import write_dag_files
+    from airflow_iceberg.fleet.dag_files import dag_files_taken, write_dag_files
     from airflow_iceberg.table_list.loader import read_table_list
 
     try:
@@ -91,16 +91,17 @@ def _more_dag_files(folder: Path, table_list: Path, out: TextIO) -> int:
     except IcebergConfigError as error:
         print(f"{error}: wrote no further compaction DAG files", file=sys.stderr)
         return 2
-    written, removed = write_dag_files(folder, document.dag_files, remove_surplus=True)
+    files = dag_files_taken(document)
+    written, removed = write_dag_files(folder, files, remove_surplus=True)
     for path in written:
         print(f"wrote {path}", file=out)
     if written:
         print(request_parses(folder, written), file=out)
     for path in removed:
         print(f"removed {path}: the table list no longer takes it", file=out)
-    if document.dag_files > 1:
+    if files > 1:
         print(
-            f"{table_list}'s {len(document.entries):,} tables take {document.dag_files} compaction DAG files "
+            f"{table_list}'s {len(document.entries):,} tables take {files} compaction DAG files "
             f"of at most {document.tables_per_dag_file:,} tables; run this again when the list grows past a multiple "
             "of that, or use the fleet setting's DAG bundle, which writes them itself",
             file=out,

@@ -7,7 +7,7 @@ it again before it starts. So:
   copy of the DAG's Params, which the task runner merges at run time anyway; at 1,000 tables those copies were
   most of the parse;
 - a table list of more than ``tables_per_dag_file`` tables is split across several DAG files, each parsed in a
-  process of its own (:mod:`airflow_iceberg.surface.dag_files`);
+  process of its own (:mod:`airflow_iceberg.fleet.dag_files`);
 - a task's process builds only its own DAG (:func:`build_compaction_dags` with ``dag_id``, from Airflow's
   parsing context), and validates only its own table's entry;
 - the Spark provider, pyiceberg and Kubernetes clients are imported by the tasks that use them, not here.
@@ -26,8 +26,9 @@ import pendulum
 from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf, get_parsing_context
 
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_files import dag_files_taken, files_built_by
+from airflow_iceberg.fleet.shards import dag_file_of
 from airflow_iceberg.operators.maintenance import ExpireSnapshotsOperator, RemoveOrphanFilesOperator
 from airflow_iceberg.operators.plan import PlanCompactionOperator, RecordRunOperator
 from airflow_iceberg.operators.procedure import IcebergProcedureOperator
@@ -37,7 +38,6 @@ from airflow_iceberg.operators.write_gate import CloseWriteGateOperator, OpenWri
 from airflow_iceberg.planning.plan import Decision
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
-from airflow_iceberg.surface.dag_files import files_built_by
 from airflow_iceberg.table_list.loader import TableList, load_table_list, read_table_list
 from airflow_iceberg.table_list.schema import TableConfig, spark_pool_name
 from airflow_iceberg.timetables.cron import cron_trigger
@@ -399,7 +399,7 @@ def build_compaction_dags(
 
     With ``dag_id`` (a task's process passes Airflow's parsing context), only that DAG is built, whichever DAG file
     asks, and only its table's entry is read: other entries' errors are not reported then. With ``dag_file`` (and
-    no ``dag_id``), only the tables of that compaction DAG file (:func:`~airflow_iceberg.surface.dag_files.
+    no ``dag_id``), only the tables of that compaction DAG file (:func:`~airflow_iceberg.fleet.dag_files.
     files_built_by`) are built, and only their entries' errors are reported.
     """
     if table_list is None:
@@ -408,7 +408,7 @@ def build_compaction_dags(
             table_list = load_table_list(select=select)
         else:
             document = read_table_list()
-            files = document.dag_files
+            files = dag_files_taken(document)
             built = None if dag_file is None else files_built_by(dag_file, files)
             table_list = document.validate(None if built is None else (lambda t: dag_file_of(str(t), files) in built))
     dags: dict[str, DAG] = {}

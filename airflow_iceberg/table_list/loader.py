@@ -18,7 +18,6 @@ import yaml
 from airflow.sdk import conf
 from pydantic import ValidationError
 
-from airflow_iceberg.core.shards import TABLES_PER_DAG_FILE, dag_file_count, dag_file_of
 from airflow_iceberg.core.tables import InvalidCallError, TableName, shown
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.table_list.schema import TableConfig
@@ -32,8 +31,12 @@ TABLE_LIST_FILE = "iceberg_tables.yaml"
 EXTENSION_PREFIX = "x-"
 
 #: The optional top-level key that caps how many tables' DAGs one compaction DAG file builds
-#: (:data:`~airflow_iceberg.core.shards.TABLES_PER_DAG_FILE` by default).
+#: (:mod:`airflow_iceberg.fleet.shards` splits a longer list across files).
 TABLES_PER_DAG_FILE_KEY = "tables_per_dag_file"
+
+#: How many tables' DAGs one compaction DAG file builds at most, unless the table list says otherwise
+#: (``tables_per_dag_file``): at this size a file builds in about a fifth of Airflow's import time-out on two cores.
+TABLES_PER_DAG_FILE = 1000
 
 
 @dataclass(frozen=True)
@@ -97,25 +100,6 @@ class TableListDocument:
     defaults: Mapping[str, Any]
     entries: list[Any]
     tables_per_dag_file: int
-
-    @property
-    def dag_files(self) -> int:
-        """How many compaction DAG files the list's entries take (:mod:`airflow_iceberg.core.shards`)."""
-        return dag_file_count(len(self.entries), self.tables_per_dag_file)
-
-    def dag_files_in_use(self) -> set[int]:
-        """The indexes of the compaction DAG files that build at least one of the list's tables (an entry without a
-        valid table name builds none)."""
-        files, used = self.dag_files, set()
-        for entry in self.entries:
-            table = entry.get("table") if isinstance(entry, Mapping) else None
-            if not isinstance(table, str):
-                continue
-            try:
-                used.add(dag_file_of(str(TableName.of(table)), files))
-            except InvalidCallError:
-                continue
-        return used
 
     def validate(self, select: Callable[[TableName], bool] | None = None) -> TableList:
         """Validate each entry (only those whose table ``select`` accepts, with it), the defaults merged under it."""

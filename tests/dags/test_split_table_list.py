@@ -13,11 +13,11 @@ import yaml
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.context import _AIRFLOW_PARSING_CONTEXT_DAG_ID, _AIRFLOW_PARSING_CONTEXT_TASK_ID
 
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_files import dag_file_name
+from airflow_iceberg.fleet.shards import dag_file_of
 from airflow_iceberg.surface import cli
 from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.surface.dag_files import dag_file_name
 
 PER_FILE = 10
 

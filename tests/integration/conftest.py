@@ -389,7 +389,7 @@ def live_airflow(
     dag-processor has parsed them. Its tests run one after the other (tests/conftest.py), and it stops when the
     last of them is done: idle, it would still take CPU from every test after them.
     """
-    from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
+    from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS
     from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, META_DB, LiveAirflow, fleet
 
     root = tmp_path_factory.mktemp("live-airflow")

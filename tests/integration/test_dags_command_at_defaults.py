@@ -20,10 +20,10 @@ from pathlib import Path
 
 import yaml
 
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_files import dag_file_name
+from airflow_iceberg.fleet.shards import dag_file_of
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
-from airflow_iceberg.surface.dag_files import dag_file_name
 from devkit.faults import wait_for
 from devkit.live_airflow import postgres, postgres_url
 

@@ -9,6 +9,7 @@ the removed table's DAGs gone, within 60 s of the write.
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -16,12 +17,12 @@ import pyarrow as pa
 import yaml
 from airflow.providers.apache.iceberg.hooks.iceberg import IcebergHook
 
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
+from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS
+from airflow_iceberg.fleet.dag_files import dag_file_name
+from airflow_iceberg.fleet.shards import dag_file_of
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
 from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
-from airflow_iceberg.surface.dag_files import dag_file_name
 from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE_KEY
 from airflow_iceberg.triggers.table_health import health_asset_name
 from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, DAGS_FOLDER
@@ -172,13 +173,57 @@ def _parses_of_files(live_airflow) -> dict[str, tuple[datetime, datetime]]:
     return {fileloc: (earliest, latest) for fileloc, earliest, latest in rows}
 
 
-def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_and_no_dag_goes_stale(
+class DagTableWatch(threading.Thread):
+    """Airflow's DAG table, read every quarter second for as long as it runs: each compaction DAG's file and whether
+    Airflow holds it stale. Any DAG of ``watched`` ever seen stale, or gone, is kept with when; and when each DAG was
+    first seen in each file."""
+
+    EVERY = 0.25
+
+    def __init__(self, live_airflow, watched: set[str]) -> None:
+        super().__init__(daemon=True)
+        self.live_airflow, self.watched = live_airflow, frozenset(watched)
+        self.inactive: dict[str, float] = {}  # dag_id -> when first seen stale or gone
+        self.seen_in: dict[tuple[str, str], float] = {}  # (dag_id, file) -> when first seen active there
+        self.looks, self.error = 0, None
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._done.is_set():
+                now, files = time.monotonic(), _files_of_dags(self.live_airflow)
+                self.looks += 1
+                for dag_id, (fileloc, stale) in files.items():
+                    if not stale:
+                        self.seen_in.setdefault((dag_id, fileloc), now)
+                for dag_id in self.watched:
+                    if files.get(dag_id, ("", True))[1]:
+                        self.inactive.setdefault(dag_id, now)
+                self._done.wait(self.EVERY)
+        except Exception as error:  # said by stop(): a watch that stopped looking must not pass for a clean one
+            self.error = error
+
+    def first_in(self, dag_ids: set[str], fileloc: str, since: float) -> float | None:
+        """When the last of ``dag_ids`` was first seen active in ``fileloc`` since ``since``, in seconds after it."""
+        seen = [self.seen_in.get((dag_id, fileloc)) for dag_id in dag_ids]
+        if any(at is None or at < since for at in seen):
+            return None
+        return max(seen) - since  # type: ignore[type-var]
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=30)
+        assert self.error is None, f"the watch of Airflow's DAG table stopped: {self.error!r}"
+
+
+def test_a_list_grown_past_a_files_worth_and_shrunk_back_keeps_every_listed_tables_dags_active_throughout(
     unique_name, live_airflow
 ):
     """Under the fleet setting, a table added to the list makes it take two compaction DAG files: the bundle writes
     the new one, Airflow parses it, and each table's DAGs are in the file its name's hash picks, within 60 s of the
-    write; none of the DAGs that moved is ever deactivated on the way, and the new file's DAGs run. Then the table
-    is removed again: the moved tables go back to iceberg_compaction.py, again never deactivated on the way."""
+    write, and the new file's DAGs run. Then the table is removed again, so the list shrinks below a file's worth:
+    the moved tables go back to iceberg_compaction.py. A watch reads Airflow's DAG table four times a second the
+    whole time, both ways: no DAG of a table still listed is ever inactive."""
     original = live_airflow.table_list.read_text()
     document = yaml.safe_load(original)
     names = [entry["table"] for entry in document["tables"]]
@@ -199,68 +244,66 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
     catalog.create_table(TableName.parse(added).in_catalog, schema=rows.schema).append(rows)
     moving = {n for n in names if dag_file_of(n, 2) == 1}
     assert moving and len(moving) < len(names), "the list's names must spread over both files"
+    listed = {dag_id for name in names for dag_id in _dags_of(TableName.parse(name))}
+    moved = {dag_id for name in moving for dag_id in _dags_of(TableName.parse(name))}
     expected = {
         dag_id: dag_file_name(dag_file_of(name, 2))
         for name in [*names, added]
         for dag_id in _dags_of(TableName.parse(name))
     }
-    new_file = DAGS_FOLDER / dag_file_name(1)
+    new_file, home = DAGS_FOLDER / dag_file_name(1), dag_file_name(0)
     assert not new_file.exists()
-    went_stale: set[str] = set()
+    watch = DagTableWatch(live_airflow, listed)
+    watch.start()
     restored = False
     try:
         document[TABLES_PER_DAG_FILE_KEY] = len(names)  # the added table makes two files
         document["tables"].append({"table": added, "full_rewrite": {"schedule": None}})
         live_airflow.table_list.write_text(yaml.safe_dump(document))
-        written, written_at = time.monotonic(), datetime.now(timezone.utc)
+        grown, grown_at = time.monotonic(), datetime.now(timezone.utc)
 
         def split() -> bool:
             now = _files_of_dags(live_airflow)
-            went_stale.update(dag_id for dag_id in before if dag_id in expected and now[dag_id][1])
             return all(now.get(dag_id) == (fileloc, False) for dag_id, fileloc in expected.items())
 
         live_airflow.wait_for("each DAG in the file its table's hash picks", split, TAKES_EFFECT_SECONDS, every=0.5)
         print(
-            f"{len(moving)} of {len(names)} tables moved to {new_file.name}, and one was added there, "
-            f"{time.monotonic() - written:.1f} s after the write (goal: {TAKES_EFFECT_SECONDS} s)"
+            f"grown: {len(moving)} of {len(names)} tables moved to {new_file.name}, and one was added there, "
+            f"{time.monotonic() - grown:.1f} s after the write (goal: {TAKES_EFFECT_SECONDS} s)"
         )
         # The file they left reads the changed list too, and then no longer builds them: that parse must come after
         # the new file's, or Airflow deactivates them at its next clean-up.
-        left = dag_file_name(0)
 
-        def left_file_parsed() -> bool:
-            split()  # still watching for a deactivation
-            parsed = _parses_of_files(live_airflow).get(left)
-            return parsed is not None and parsed[0] > written_at
+        def home_parsed() -> bool:
+            parsed = _parses_of_files(live_airflow).get(home)
+            return parsed is not None and parsed[0] > grown_at
 
-        live_airflow.wait_for(f"a parse of {left} after the write", left_file_parsed, TAKES_EFFECT_SECONDS, every=0.5)
+        live_airflow.wait_for(f"a parse of {home} after the write", home_parsed, TAKES_EFFECT_SECONDS, every=0.5)
         parses = _parses_of_files(live_airflow)
-        new_parsed, left_parsed = parses[new_file.name][1], parses[left][0]
-        print(f"{new_file.name} stored {new_parsed - written_at}, {left} {left_parsed - written_at} after the write")
-        assert new_parsed <= left_parsed, f"{left} was parsed before {new_file.name} stored the DAGs that moved there"
-        assert went_stale == set(), f"DAGs deactivated on the way: {sorted(went_stale)}"
+        new_parsed, home_parsed_at = parses[new_file.name][1], parses[home][0]
+        print(
+            f"grown: the moved tables in {new_file.name} {watch.first_in(moved, new_file.name, grown):.1f} s after the "
+            f"write; {new_file.name} stored {new_parsed - grown_at}, {home} {home_parsed_at - grown_at} after it"
+        )
+        assert new_parsed <= home_parsed_at, f"{home} was parsed before {new_file.name} stored the DAGs moving there"
 
         _a_dry_run_succeeds(live_airflow, compaction_dag_id(TableName.parse(added)))
 
-        # And back: the list shrinks to one file, the moved tables go home to iceberg_compaction.py, and the file
-        # they leave must be parsed only after iceberg_compaction.py's parse has stored them.
+        # And back: the list shrinks below a file's worth, the moved tables go home to iceberg_compaction.py, and
+        # the file they leave must be parsed only after iceberg_compaction.py's parse has stored them.
         live_airflow.table_list.write_text(original)
-        restored, shrunk_at, home = True, time.monotonic(), dag_file_name(0)
-        moved = {dag_id for name in moving for dag_id in _dags_of(TableName.parse(name))}
+        restored, shrunk = True, time.monotonic()
 
         def moved_home() -> bool:
             now = _files_of_dags(live_airflow)
-            went_stale.update(dag_id for dag_id in moved if now[dag_id][1])
             return all(now[dag_id] == (home, False) for dag_id in moved)
 
         live_airflow.wait_for(f"the moved tables' DAGs back in {home}", moved_home, TAKES_EFFECT_SECONDS, every=0.5)
         stored_home = _parses_of_files(live_airflow)[home][1]
-        print(f"{len(moving)} tables back in {home} {time.monotonic() - shrunk_at:.1f} s after the write")
         gone = _dags_of(TableName.parse(added))
 
         def left_file_parsed() -> bool:
             now = _files_of_dags(live_airflow)
-            moved_home()  # still watching for a deactivation
             return all(now[dag_id][1] for dag_id in gone)
 
         live_airflow.wait_for(
@@ -270,19 +313,26 @@ def test_a_list_grown_past_a_files_worth_gets_its_new_dag_file_within_a_minute_a
             every=0.5,
         )
         left_touched = datetime.fromtimestamp(new_file.stat().st_mtime, timezone.utc)
-        print(f"{home} stored the moved tables' DAGs at {stored_home}, {new_file.name} touched at {left_touched}")
+        print(
+            f"shrunk: {len(moving)} tables back in {home} {watch.first_in(moved, home, shrunk):.1f} s after the "
+            f"write, the removed table's DAGs gone {time.monotonic() - shrunk:.1f} s after it; {home} stored them at "
+            f"{stored_home}, {new_file.name} touched at {left_touched}"
+        )
         assert stored_home <= left_touched, f"{new_file.name} was parsed before {home} stored the tables moving there"
-        assert went_stale == set(), f"DAGs deactivated on the way back: {sorted(went_stale)}"
+        looks = watch.looks  # two more looks of the watch, after the last move
+        live_airflow.wait_for("two more looks at the DAG table", lambda: watch.looks >= looks + 2, 30, every=0.1)
     finally:  # the other tests' live Airflow: one file again, as it was
+        watch.stop()
         if not restored:
             live_airflow.table_list.write_text(original)
         live_airflow.wait_for(
             "every DAG back in iceberg_compaction.py",
-            lambda: all(
-                _files_of_dags(live_airflow).get(dag_id, ("", False))[0] == "iceberg_compaction.py"
-                for name in names
-                for dag_id in _dags_of(TableName.parse(name))
-            ),
+            lambda: all(_files_of_dags(live_airflow).get(dag_id, ("", False))[0] == home for dag_id in listed),
             TAKES_EFFECT_SECONDS,
         )
         new_file.unlink(missing_ok=True)
+    print(
+        f"Airflow's DAG table read {watch.looks} times over {time.monotonic() - grown:.0f} s, both ways: "
+        f"{len(watch.inactive)} DAGs of listed tables ever inactive"
+    )
+    assert watch.inactive == {}, f"DAGs of listed tables seen inactive: {sorted(watch.inactive)}"

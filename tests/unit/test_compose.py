@@ -113,7 +113,7 @@ def test_the_image_runs_the_default_stacks_spark_and_jars():
 
 
 def test_airflow_services_run_the_fleet_setting():
-    from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS
+    from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS
 
     for name in AIRFLOW_SERVICES:
         environment = SERVICES[name]["environment"]

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iceberg.core.shards import dag_file_of
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.table_list.loader import config_path, load_table_list, read_table_list
@@ -150,20 +149,3 @@ def test_without_airflow_iceberg_config_the_table_list_is_in_airflows_dag_folder
 def test_a_tables_per_dag_file_that_is_not_a_whole_number_of_at_least_one_is_refused_naming_it(tmp_path, value):
     with pytest.raises(IcebergConfigError, match=r"tables_per_dag_file must be a whole number of at least 1, got"):
         read_table_list(write(tmp_path, f"tables_per_dag_file: {value}\ntables: [{{table: lake.db.a}}]"))
-
-
-def test_a_list_takes_one_dag_file_per_started_tables_per_dag_file(tmp_path):
-    listed = ", ".join(f"{{table: lake.db.t{n}}}" for n in range(7))
-    assert read_table_list(write(tmp_path, f"tables: [{listed}]")).dag_files == 1
-    assert read_table_list(write(tmp_path, f"tables_per_dag_file: 3\ntables: [{listed}]")).dag_files == 3
-
-
-def test_the_dag_files_in_use_are_those_the_valid_names_hash_to(tmp_path):
-    """Five tables and two bad entries take four files; the five names' hashes leave one of them empty, and a bad
-    entry takes none."""
-    listed = ", ".join(f"{{table: lake.db.t{n}}}" for n in range(5))
-    document = read_table_list(write(tmp_path, f"tables_per_dag_file: 2\ntables: [{listed}, 7, {{table: 'a b'}}]"))
-    expected = {dag_file_of(f"lake.db.t{n}", document.dag_files) for n in range(5)}
-    assert document.dag_files == 4
-    assert document.dag_files_in_use() == expected
-    assert expected < set(range(4))

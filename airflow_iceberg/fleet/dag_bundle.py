@@ -17,31 +17,15 @@ paused; when the list is newer than a DAG file that reads it, or a DAG of such a
 sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
 finds nothing changed costs one ``stat`` and a summary of each file's DAGs (:class:`FileSummary`: one row per
 file, and the ids of the DAGs in its rarer pause state); a file's DAG rows are read only when its summary changed.
-A table taken off the list soon after the file's last parse gets one more parse, so that Airflow deactivates its
-DAGs (``_follow_parses``).
 
 When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh writes the further compaction
-DAG files it takes (:mod:`airflow_iceberg.surface.dag_files`), and the tables those files take move to them. Airflow
-lists the folder's files right after a refresh, so it parses a new file within seconds. A moved table's DAGs must be
-stored from the new file before a parse of its old file no longer finds them: Airflow deactivates, at its next
-cleanup, a DAG that the last parse of its file did not find, and two parses run at once finish in either order.
-So the refresh hands over (``_end_handover``): it writes the new files first and touches the DAG files that read the
-list only once each new file that takes a table has a parse stored, or after a parse's time-out. A list that shrinks
-below a file's worth hands over the other way: the tables of a numbered file that the list no longer reaches move
-to the lower files, so those are touched first, and the file they leave once their parses are stored
-(``_touch_gainers``).
-
-A table-list change that lands while a parse of the same file is under way may be one that parse read too
-early, and Airflow does not parse the file again for a touch older than the parse's end (it has the same race
-for an edited DAG file). Once that parse is stored, the bundle reads when it began (its DAGs' last parse, less
-its duration and :data:`STORE_SLACK_SECONDS`); if that was before the change, it touches the file once more
-(``_follow_parses``).
-
-Airflow kills a parse that outlasts ``[dag_processor] dag_file_processor_timeout`` and then takes the file as
-parsed; at the next cleanup it deactivates the file's DAGs, whose last parse is now older than the killed one. Under
-the fleet setting they would stay away for the hour. A parse's time there includes its wait for the dag-processor to
-store other files' DAGs, so the fleet setting allows :data:`PARSE_TIMEOUT_SECONDS`; and a file the bundle touched
-whose parse is not stored within that time is touched again, up to :data:`RETOUCHES` times (``_follow_parses``).
+DAG files it takes (:mod:`.dag_files`), and the tables those files take move to them; when it shrinks below one, the
+tables of a numbered file the list no longer reaches move to the lower files. Either way, the files that gain tables
+are parsed before those that lose them, a parse that began before a change is run again, a parse killed at the
+time-out is asked for again, and a table taken off the list soon after the last parse gets one more parse so that
+Airflow deactivates its DAGs: :mod:`.handover` holds those rules, as a state machine this bundle drives. A parse's
+time under the fleet setting includes its wait for the dag-processor to store other files' DAGs, so the setting
+allows :data:`PARSE_TIMEOUT_SECONDS`.
 """
 
 from __future__ import annotations
@@ -49,8 +33,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +43,17 @@ from airflow.dag_processing.bundles.local import LocalDagBundle
 from airflow.sdk import conf
 
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.surface.dag_files import (
+from airflow_iceberg.fleet.dag_files import (
     COMPACTION_DAG_FILE,
     builds_its_share,
     dag_file_index,
     dag_file_name,
+    dag_files_in_use,
+    dag_files_taken,
     surplus_dag_files,
     write_dag_files,
 )
+from airflow_iceberg.fleet.handover import Handover, Parse, ParseTiming
 from airflow_iceberg.table_list.loader import TableListDocument, config_path, read_table_list
 
 log = logging.getLogger(__name__)
@@ -73,7 +61,7 @@ log = logging.getLogger(__name__)
 #: What marks a DAG file that reads the table list: it imports one of these modules.
 READER_MARKERS = (
     "airflow_iceberg.surface.dag_factory",
-    "airflow_iceberg.surface.dag_files",
+    "airflow_iceberg.fleet.dag_files",
     "airflow_iceberg.table_list.loader",
 )
 
@@ -97,13 +85,8 @@ SCHEDULER_IDLE_SLEEP_SECONDS = 5
 #: How much older than its file's last parse a DAG's own last parse must be for Airflow to deactivate it
 #: (``[dag_processor] stale_dag_threshold``, 50 s by default). Airflow 3 takes a parse's finish time before it
 #: stores the parse's DAGs, so a DAG of that parse is never older than it; what the threshold delays is a table
-#: taken off the list soon after the last parse, for which the bundle then parses once more (``_follow_parses``).
+#: taken off the list soon after the last parse, for which the bundle then parses once more (:mod:`.handover`).
 STALE_SECONDS = 10
-
-#: How long Airflow may take to store a parse after it ends: a DAG's ``last_parsed_time`` is taken as it is
-#: stored, so a parse began at least its ``last_parse_duration`` and this much before it. A parse that may have
-#: begun before the table list changed is run once more.
-STORE_SLACK_SECONDS = 5
 
 #: How long a parse of one DAG file may take under the fleet setting (``[dag_processor] dag_file_processor_timeout``,
 #: 50 s by default), in seconds. Airflow counts, in a parse's time, its wait while the dag-processor stores another
@@ -111,10 +94,6 @@ STORE_SLACK_SECONDS = 5
 #: (``docs/performance.md``), and at 50 s two of five files lost their DAGs. The import itself keeps Airflow's own limit
 #: (``[core] dagbag_import_timeout``, 30 s).
 PARSE_TIMEOUT_SECONDS = 120
-
-#: How many times the bundle touches a file again whose parse was not stored within the time-out after it touched
-#: it (a parse killed at the time-out): after that, the file's DAGs wait for its next parse, and the bundle says so.
-RETOUCHES = 2
 
 #: The fleet setting, as Airflow's environment variables: the DAG folder as a :class:`TableListDagBundle`, an
 #: unchanged table list parsed once an hour, a parse allowed :data:`PARSE_TIMEOUT_SECONDS`, a removed table's DAGs
@@ -126,7 +105,7 @@ FLEET_SETTINGS = {
         [
             {
                 "name": "dags-folder",
-                "classpath": "airflow_iceberg.surface.dag_bundle.TableListDagBundle",
+                "classpath": "airflow_iceberg.fleet.dag_bundle.TableListDagBundle",
                 "kwargs": {"refresh_interval": REFRESH_SECONDS},
             }
         ]
@@ -141,7 +120,7 @@ FLEET_SETTINGS = {
 
 class TableListDagBundle(LocalDagBundle):
     """The DAG folder; a table-list change, or a DAG paused or unpaused, makes the dag-processor parse the DAG files
-    that read the table list, at once (see the module doc).
+    that read the table list, at once, in the order :mod:`.handover` gives (see the module doc).
 
     :param path: The DAG folder (default: ``[core] dags_folder``).
     :param table_list: The table list (default: the one the DAG files read, ``$AIRFLOW_ICEBERG_CONFIG`` or
@@ -153,43 +132,61 @@ class TableListDagBundle(LocalDagBundle):
         super().__init__(**kwargs)
         self._table_list = Path(table_list) if table_list else None
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
+        self._in_use: set[int] | None = None  # the compaction DAG files that take tables, by the list last read
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
         self._summaries: dict[str, FileSummary] = {}  # their files' summaries at the last look
-        self._changed: dict[str, Touch] = {}  # files touched, until their parse is stored: see _follow_parses
-        self._handover: Handover | None = None  # new DAG files waiting for their parse: see _end_handover
-        self._in_use: set[int] | None = None  # the compaction DAG files that take tables, by the list last read
+        self.handover = Handover()
+        #: The time of a look; the tests move it by hand.
+        self.clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
 
     @property
     def table_list(self) -> Path:
         return self._table_list or config_path()
 
     def refresh(self) -> None:
-        self._follow_table_list()
+        now = self.clock()
+        timing = ParseTiming(
+            parse_timeout=conf.getint("dag_processor", "dag_file_processor_timeout"),
+            refresh=self.refresh_interval,
+            stale_threshold=conf.getint("dag_processor", "stale_dag_threshold"),
+            parsing_processes=conf.getint("dag_processor", "parsing_processes"),
+        )
+        self._follow_table_list(now)
         try:
-            self._follow_dags()
+            self._follow_dags(now, timing)
         except Exception as error:  # the metadata database: the manager's own next query will say more
             log.warning("Cannot read the DAGs of bundle %r from Airflow's database: %s", self.name, error)
-        self._end_handover()
+        released = self.handover.release({f: s.last_parsed for f, s in self._summaries.items()}, now, timing)
+        if released is not None:
+            log.log(released.level, "%s", released.message)
+            self._touch_readers(self.handover.change, now)
 
-    def _follow_dags(self) -> None:
+    def _follow_dags(self, now: datetime, timing: ParseTiming) -> None:
         """Follow the pauses and parses of the folder's DAGs, reading the rows of only the files whose summary
-        changed since the last look, or that were touched and are waiting for their parse: in a fleet at rest, one
-        summary row per file."""
+        changed since the last look, or that the hand-over follows: in a fleet at rest, one summary row per file."""
         summaries, before = self.dag_summaries(), self._summaries
         if self._rows is None:  # the first look only remembers: the dag-processor parses every file as it starts
             self._rows, self._summaries = self.dag_rows(), summaries
             return
-        files = {f for f in summaries.keys() | before.keys() if summaries.get(f) != before.get(f)} | set(self._changed)
+        changed = {f for f in summaries.keys() | before.keys() if summaries.get(f) != before.get(f)}
+        files = changed | set(self.handover.followed)
         if files:
             rows = self.dag_rows(files)
             kept = {dag_id: row for dag_id, row in self._rows.items() if row.file not in files}
-            self._follow_pauses({dag_id: row for dag_id, row in self._rows.items() if row.file in files}, rows)
+            self._follow_pauses({dag_id: row for dag_id, row in self._rows.items() if row.file in files}, rows, now)
             self._rows = kept | rows
-            self._follow_parses(rows)
+            parses: dict[str, list[Parse]] = {}
+            for row in rows.values():
+                if row.last_parsed is not None:
+                    parses.setdefault(row.file, []).append(Parse.of(row.last_parsed, row.parse_seconds))
+            for step in self.handover.follow(parses, now, timing):
+                if step.file is None or touch(self.path / step.file):
+                    log.log(step.level, "%s", step.message)
         self._summaries = summaries  # once its rows are read: a look that could not read them is repeated
 
-    def _follow_table_list(self) -> None:
-        """Touch each DAG file that reads the table list and is older than it; one ``stat`` when nothing changed.
+    def _follow_table_list(self, now: datetime) -> None:
+        """On a table-list change: write the further compaction DAG files it takes, and touch the DAG files that
+        read the list, in the hand-over's order; one ``stat`` when nothing changed.
 
         Each modification time is acted on once: a table list dated in the future (a skewed clock) makes one
         parse, not one every refresh.
@@ -201,82 +198,50 @@ class TableListDagBundle(LocalDagBundle):
         if changed == self._seen:
             return
         self._seen = changed
-        now = datetime.now(timezone.utc)
         try:
             document = read_table_list(self.table_list)
         except IcebergConfigError:  # the check DAG file reports the table list's own problems
             document = None
-        self._in_use = document.dag_files_in_use() if document else None
-        first = self._write_dag_files(document) if document else []
-        if document and not first:
-            first = self._touch_gainers(document.dag_files, changed, now)
-        if first or self._handover is not None:  # the other touches wait for these files' parses
-            first_at = {**(self._handover.first if self._handover else {}), **dict.fromkeys(first, now)}
-            self._handover = Handover(first_at, changed)
-            if first:
+        self._in_use = dag_files_in_use(document) if document else None
+        gainers = self._write_dag_files(document) if document else []
+        if document and not gainers:
+            gainers = self._touch_gainers(dag_files_taken(document), changed, now)
+        if self.handover.list_changed(changed, gainers, now):
+            if gainers:
                 log.info(
                     "The dag-processor parses %s first, and the other DAG files that read the table list once it "
                     "is stored, so that the tables moving there keep their DAGs",
-                    ", ".join(first),
+                    ", ".join(gainers),
                 )
             return
         self._touch_readers(changed, now)
 
-    def _touch_readers(self, changed: int, now: datetime) -> None:
+    def _touch_readers(self, changed: int | None, now: datetime) -> None:
         """Touch each DAG file that reads the table list and is older than its change at ``changed`` (ns)."""
+        if changed is None:
+            return
         touched = touch_readers(self.path, changed)
         self._follow_touches(touched, changed, now)
         if touched:
             shown = self._shown(touched)
             log.info("The table list %s changed: the dag-processor parses %s now", self.table_list, shown)
 
-    def _end_handover(self) -> None:
-        """Touch the DAG files that read the table list once each compaction DAG file that tables move to has a
-        parse stored since it was written or touched (its DAGs' latest parse in the last look's summaries), or once a
-        parse's time-out and a refresh have passed since the last was: a file that Airflow could not parse leaves
-        its tables to their old file's next parse, as before the change."""
-        handover = self._handover
-        if handover is None:
-            return
-        waiting = [
-            file
-            for file, written in handover.first.items()
-            if (summary := self._summaries.get(file)) is None
-            or summary.last_parsed is None
-            or summary.last_parsed < written
-        ]
-        now = datetime.now(timezone.utc)
-        if waiting:
-            due = timedelta(seconds=conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval)
-            waited = now - max(handover.first.values())
-            if waited <= due:
-                return
-            log.warning(
-                "No parse of %s was stored within %d s of its writing or touch: parsing the files whose tables "
-                "move there now, so those tables' DAGs may be deactivated until it is. The dag-processor's log "
-                "says why",
-                ", ".join(waiting),
-                int(due.total_seconds()),
-            )
-        self._handover = None
-        self._touch_readers(handover.changed, now)
-
     def _follow_touches(self, touched: list[Path], changed: int, now: datetime) -> None:
-        """Follow the parses of the DAG files ``touched`` for the table list's change at ``changed`` (ns)."""
+        """Have the hand-over follow the parses of the DAG files ``touched`` for the table list's change at
+        ``changed`` (ns)."""
         # No later than now: a list dated in the future (a skewed clock) was changed by now.
         list_changed = min(datetime.fromtimestamp(changed / 1e9, timezone.utc), now)
-        for path in touched:
-            file = str(path.relative_to(self.path))
-            self._changed[file] = Touch(now, list_changed, had_dags=self._has_dags(file) and self._takes_tables(file))
+        files = [str(path.relative_to(self.path)) for path in touched]
+        self.handover.touched({f: self._has_dags(f) and self._takes_tables(f) for f in files}, now, list_changed)
 
     def _touch_gainers(self, files: int, changed: int, now: datetime) -> list[str]:
         """When the table list no longer reaches a numbered compaction DAG file that still has DAGs, touch the
         compaction DAG files beside it that take tables, where its tables move; those touched, relative to the
-        folder: the handover waits for their parses before the file they leave is parsed and drops them.
+        folder: the hand-over has them parsed before the file they leave drops them.
 
         A parse of such a file already under way when the list changed, and stored after this touch, may release
-        the others too early; ``_follow_parses`` then parses it once more, and the moved tables' DAGs are back
-        within seconds."""
+        the others too early; the hand-over then parses it once more, and the moved tables' DAGs are back within
+        seconds."""
         touched: list[Path] = []
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
             if not any(
@@ -290,10 +255,10 @@ class TableListDagBundle(LocalDagBundle):
 
     def _write_dag_files(self, document: TableListDocument) -> list[str]:
         """Write the compaction DAG files that the table list takes beside each ``iceberg_compaction.py`` and that are
-        missing (:mod:`airflow_iceberg.surface.dag_files`): Airflow lists the folder's files right after this
+        missing (:mod:`airflow_iceberg.fleet.dag_files`): Airflow lists the folder's files right after this
         refresh, so it parses a new file in the next seconds. The files written that take at least one table,
-        relative to the folder: the handover waits for their parses."""
-        files = document.dag_files
+        relative to the folder: the hand-over waits for their parses."""
+        files = dag_files_taken(document)
         taking: list[str] = []
         for compaction in sorted(self.path.rglob(COMPACTION_DAG_FILE)):
             if files > 1 and not builds_its_share(compaction):
@@ -320,7 +285,7 @@ class TableListDagBundle(LocalDagBundle):
                 taking += [str(p.relative_to(self.path)) for p in written if self._takes_tables(p.name)]
         return taking
 
-    def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow]) -> None:
+    def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow], now: datetime) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.
 
         A DAG new since the last look was made by a parse that registered its watch as Airflow created it, paused
@@ -334,109 +299,12 @@ class TableListDagBundle(LocalDagBundle):
             if row.paused != (before[dag_id].paused if dag_id in before else created_paused)
         }
         touched = [path for path in (self.path / f for f in sorted(flipped)) if is_reader(path) and touch(path)]
-        now = datetime.now(timezone.utc)
-        for path in touched:
-            self._changed.setdefault(str(path.relative_to(self.path)), Touch(now, had_dags=True))
+        self.handover.touched({str(path.relative_to(self.path)): True for path in touched}, now)
         if touched:
             log.info(
                 "DAGs were paused or unpaused: the dag-processor parses %s now, so their health watches follow",
                 self._shown(touched),
             )
-
-    def _follow_parses(self, rows: dict[str, DagRow]) -> None:
-        """Parse a touched file once more when no parse of it was stored within the time-out after the touch, when
-        the parse after a table-list change may have read the list before the change, or when a table taken off
-        the list would otherwise keep its DAGs until the next parse.
-
-        The first: Airflow killed the parse at ``[dag_processor] dag_file_processor_timeout`` and took the file as
-        parsed (see the module doc). The file is touched again, up to :data:`RETOUCHES` times; a touch while its
-        parse is still queued or under way changes nothing. The time allowed is the time-out and a refresh for
-        each round of ``[dag_processor] parsing_processes`` parses that the files still waiting take, so a file
-        queued behind others is not taken for killed. A file that had no DAGs when touched (the table-list check,
-        while the list is sound), or that the list leaves without tables, shows no parse, and is not followed past
-        that time.
-
-        The second: a parse already under way when the file was touched ends after the touch, so Airflow takes the
-        touch as seen. If that parse began before the list changed (by its DAGs' last parse and duration, less
-        :data:`STORE_SLACK_SECONDS`), the file is touched once more.
-
-        The third: Airflow deactivates a DAG that a parse of its file no longer found only if its own last parse
-        is more than ``[dag_processor] stale_dag_threshold`` older than that parse, so a table-list change soon
-        after the file's last parse would leave the removed tables' DAGs active until the hourly parse. Once the
-        parse after the change is stored, a DAG of the file parsed before the change is one it no longer found; if
-        Airflow will not deactivate it, the file is touched again when the threshold has passed.
-        """
-        threshold = timedelta(seconds=conf.getint("dag_processor", "stale_dag_threshold"))
-        slack = timedelta(seconds=STORE_SLACK_SECONDS)
-        now = datetime.now(timezone.utc)
-        # (stored, began) of each file's DAGs: when its last parse was stored, and when that parse began at the latest.
-        parses: dict[str, list[tuple[datetime, datetime]]] = {file: [] for file in self._changed}
-        for row in rows.values():
-            if row.file in parses and row.last_parsed is not None:
-                began = row.last_parsed - timedelta(seconds=row.parse_seconds or 0.0)
-                parses[row.file].append((row.last_parsed, began))
-        # When each parse stored since the file's touch began.
-        after = {f: [began for stored, began in parses[f] if stored >= c.touched] for f, c in self._changed.items()}
-        waiting = sum(1 for began in after.values() if not began)
-        rounds = -(-waiting // max(1, conf.getint("dag_processor", "parsing_processes")))
-        # A parse's time-out and a refresh to see it stored, for each round of parses the waiting files take.
-        due = timedelta(
-            seconds=(conf.getint("dag_processor", "dag_file_processor_timeout") + self.refresh_interval) * rounds
-        )
-        for file, change in list(self._changed.items()):
-            if not after[file]:  # the parse after the touch is not stored yet
-                if now - change.touched <= due:
-                    continue
-                if change.had_dags:
-                    self._touch_again(file, change, now, due)
-                else:
-                    del self._changed[file]
-                continue
-            if change.list_changed is None:  # a pause or unpause: its parse is stored
-                del self._changed[file]
-                continue
-            if not change.again and min(after[file]) - slack < change.list_changed:
-                if touch(self.path / file):
-                    log.info(
-                        "A parse of %s that began before the table list changed ended after it: parsing it again",
-                        file,
-                    )
-                    self._changed[file] = replace(change, touched=now, again=True)
-                    continue
-            left = [stored for stored, _ in parses[file] if stored < change.touched]
-            if left and max(left) + threshold >= change.touched:  # Airflow would keep these active
-                if now <= max(left) + threshold:
-                    continue
-                touch(self.path / file)
-                log.info("Parsing %s once more so that the DAGs of tables taken off the list go", file)
-            del self._changed[file]
-
-    def _touch_again(self, file: str, change: Touch, now: datetime, due: timedelta) -> None:
-        """Touch ``file`` again, as its parse after the last touch was not stored within ``due``; or, after
-        :data:`RETOUCHES` times, stop and say what to do."""
-        waited = int(due.total_seconds())
-        if change.retouches >= RETOUCHES:
-            log.warning(
-                "No parse of %s was stored within %d s of any of its last %d touches: its DAGs follow the table list "
-                "and their pauses at its next parse, within [dag_processor] min_file_process_interval. If the "
-                "dag-processor's log says it killed the parse at the time-out, raise [dag_processor] "
-                "dag_file_processor_timeout or lower the table list's tables_per_dag_file",
-                file,
-                waited,
-                RETOUCHES + 1,
-            )
-            del self._changed[file]
-            return
-        if touch(self.path / file):
-            log.warning(
-                "No parse of %s was stored within %d s of its touch (Airflow kills a parse that outlasts "
-                "[dag_processor] dag_file_processor_timeout and deactivates its DAGs): touching it again, %d of %d",
-                file,
-                waited,
-                change.retouches + 1,
-                RETOUCHES,
-            )
-        self._changed[file] = replace(change, touched=now, retouches=change.retouches + 1)
 
     def _has_dags(self, file: str) -> bool:
         return self._rows is not None and any(row.file == file for row in self._rows.values())
@@ -552,29 +420,6 @@ def summarize(rows: dict[str, DagRow]) -> dict[str, FileSummary]:
 
 def _rarer_is_paused(dags: int, paused: int) -> bool:
     return paused <= dags - paused
-
-
-@dataclass(frozen=True)
-class Touch:
-    """A DAG file touched: when; when the table list changed (None for a pause or unpause); whether it had DAGs
-    then (a file without shows no parse); whether it is the second touch for a parse that began before the change;
-    and how many times it was touched again for a parse not stored in time."""
-
-    touched: datetime
-    list_changed: datetime | None = None
-    had_dags: bool = False
-    again: bool = False
-    retouches: int = 0
-
-
-@dataclass(frozen=True)
-class Handover:
-    """The compaction DAG files that tables move to, waiting for a parse (new files, written; or, when the list
-    shrank, the lower files, touched), each with when it was written or touched, and the table list's change (its
-    modification time, ns) whose touches of the other DAG files wait for them."""
-
-    first: dict[str, datetime]
-    changed: int
 
 
 def _utc(when: datetime | None) -> datetime | None:

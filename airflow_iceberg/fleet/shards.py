@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import hashlib
 
-#: How many tables' DAGs one compaction DAG file builds at most, unless the table list says otherwise
-#: (``tables_per_dag_file``): at this size a file builds in about a fifth of Airflow's import time-out on two cores.
-TABLES_PER_DAG_FILE = 1000
-
 _MASK = (1 << 64) - 1
 
 
-def dag_file_count(tables: int, per_file: int = TABLES_PER_DAG_FILE) -> int:
+def dag_file_count(tables: int, per_file: int) -> int:
     """How many DAG files ``tables`` tables take at ``per_file`` a file: at least one."""
     if per_file < 1:
         raise ValueError(f"tables per DAG file must be at least 1, got {per_file!r}")

@@ -1,5 +1,5 @@
 """The compaction DAG files of a DAG folder: ``iceberg_compaction.py``, and one more file for each further
-``tables_per_dag_file`` tables of a long table list (:mod:`airflow_iceberg.core.shards` says why and how a table's
+``tables_per_dag_file`` tables of a long table list (:mod:`airflow_iceberg.fleet.shards` says why and how a table's
 file is chosen).
 
 File 0 is ``iceberg_compaction.py``; file *k* is ``iceberg_compaction_k.py``, a few lines that the provider writes
@@ -14,10 +14,13 @@ This module imports no operator: the DAG bundle uses it in the dag-processor's m
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_iceberg.core.tables import InvalidCallError, TableName
 from airflow_iceberg.exceptions import IcebergConfigError
-from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE_KEY, read_table_list
+from airflow_iceberg.fleet.shards import dag_file_count, dag_file_of
+from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE_KEY, TableListDocument, read_table_list
 
 #: File 0 of the compaction DAGs, the one the provider ships.
 COMPACTION_DAG_FILE = "iceberg_compaction.py"
@@ -37,6 +40,26 @@ from airflow_iceberg.surface.dag_factory import compaction_dag_file
 
 globals().update(compaction_dag_file(__file__))
 '''
+
+
+def dag_files_taken(document: TableListDocument) -> int:
+    """How many compaction DAG files the table list's entries take (:mod:`airflow_iceberg.fleet.shards`)."""
+    return dag_file_count(len(document.entries), document.tables_per_dag_file)
+
+
+def dag_files_in_use(document: TableListDocument) -> set[int]:
+    """The indexes of the compaction DAG files that build at least one of the table list's tables (an entry without a
+    valid table name builds none)."""
+    files, used = dag_files_taken(document), set()
+    for entry in document.entries:
+        table = entry.get("table") if isinstance(entry, Mapping) else None
+        if not isinstance(table, str):
+            continue
+        try:
+            used.add(dag_file_of(str(TableName.of(table)), files))
+        except InvalidCallError:
+            continue
+    return used
 
 
 def dag_file_name(index: int) -> str:
@@ -126,10 +149,11 @@ def table_list_problems(folder: Path) -> None:
         problems.append(
             f"{len(errors)} bad entr{'y' if len(errors) == 1 else 'ies'} in {document.path}:\n" + "\n".join(errors)
         )
-    missing = missing_dag_files(folder, document.dag_files) if (folder / COMPACTION_DAG_FILE).exists() else []
+    files = dag_files_taken(document)
+    missing = missing_dag_files(folder, files) if (folder / COMPACTION_DAG_FILE).exists() else []
     if missing:
         problems.append(
-            f"{document.path} lists {len(document.entries):,} tables, which take {document.dag_files} compaction DAG "
+            f"{document.path} lists {len(document.entries):,} tables, which take {files} compaction DAG "
             f"files of at most {document.tables_per_dag_file:,} tables ({TABLES_PER_DAG_FILE_KEY}), and {folder} "
             f"lacks {', '.join(path.name for path in missing)}: {COMPACTION_DAG_FILE} builds their tables' DAGs "
             f"meanwhile, in one parse that may pass Airflow's time-out. Run `airflow-iceberg dags {folder}`, or use "

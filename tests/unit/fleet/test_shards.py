@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from airflow_iceberg.core.shards import dag_file_count, dag_file_of, jump_hash
+from airflow_iceberg.fleet.shards import dag_file_count, dag_file_of, jump_hash
 
 NAMES = [f"lake.fleet.t{n:05d}" for n in range(10_000)]
 
@@ -30,7 +30,7 @@ def test_a_size_of_less_than_one_table_per_file_is_refused_naming_it():
 def test_a_tables_file_is_the_same_in_another_process_whatever_its_hash_seed():
     here = [dag_file_of(name, 7) for name in NAMES[:200]]
     code = (
-        "from airflow_iceberg.core.shards import dag_file_of; "
+        "from airflow_iceberg.fleet.shards import dag_file_of; "
         "print([dag_file_of(f'lake.fleet.t{n:05d}', 7) for n in range(200)])"
     )
     there = subprocess.run(

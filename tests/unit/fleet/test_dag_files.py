@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from airflow_iceberg.surface.dag_files import (
+from pathlib import Path
+
+from airflow_iceberg.fleet.dag_files import (
     dag_file_index,
     dag_file_name,
     dag_file_text,
+    dag_files_in_use,
+    dag_files_taken,
     files_built_by,
     write_dag_files,
 )
+from airflow_iceberg.fleet.shards import dag_file_of
+from airflow_iceberg.table_list.loader import read_table_list
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "iceberg_tables.yaml"
+    path.write_text(text)
+    return path
 
 
 def test_file_zero_is_the_shipped_file_and_the_others_are_numbered():
@@ -53,3 +65,20 @@ def test_writing_adds_the_missing_files_mends_changed_ones_and_removes_only_numb
     written, removed = write_dag_files(tmp_path, 2, remove_surplus=True)
     assert [p.name for p in removed] == ["iceberg_compaction_2.py"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["iceberg_compaction_1.py", "iceberg_compaction_backup.py"]
+
+
+def test_a_list_takes_one_dag_file_per_started_tables_per_dag_file(tmp_path):
+    listed = ", ".join(f"{{table: lake.db.t{n}}}" for n in range(7))
+    assert dag_files_taken(read_table_list(write(tmp_path, f"tables: [{listed}]"))) == 1
+    assert dag_files_taken(read_table_list(write(tmp_path, f"tables_per_dag_file: 3\ntables: [{listed}]"))) == 3
+
+
+def test_the_dag_files_in_use_are_those_the_valid_names_hash_to(tmp_path):
+    """Five tables and two bad entries take four files; the five names' hashes leave one of them empty, and a bad
+    entry takes none."""
+    listed = ", ".join(f"{{table: lake.db.t{n}}}" for n in range(5))
+    document = read_table_list(write(tmp_path, f"tables_per_dag_file: 2\ntables: [{listed}, 7, {{table: 'a b'}}]"))
+    expected = {dag_file_of(f"lake.db.t{n}", dag_files_taken(document)) for n in range(5)}
+    assert dag_files_taken(document) == 4
+    assert dag_files_in_use(document) == expected
+    assert expected < set(range(4))

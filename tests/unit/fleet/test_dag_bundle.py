@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -17,10 +16,10 @@ import pytest
 from airflow.dag_processing.bundles.manager import DagBundlesManager
 from airflow.sdk import conf
 
-from airflow_iceberg.surface import dag_bundle
+from airflow_iceberg.fleet import dag_bundle, handover
+from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS, DagRow, TableListDagBundle
+from airflow_iceberg.fleet.dag_files import COMPACTION_DAG_FILE, dag_file_name, dag_file_text
 from airflow_iceberg.surface.cli import DAG_FILES
-from airflow_iceberg.surface.dag_bundle import FLEET_SETTINGS, DagRow, TableListDagBundle
-from airflow_iceberg.surface.dag_files import COMPACTION_DAG_FILE, dag_file_name, dag_file_text
 
 DAGS = Path(__file__).resolve().parents[3] / "dags"
 HOUR_AGO = 3600 * 10**9
@@ -49,10 +48,28 @@ def _mtimes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*.py")}
 
 
+class Clock:
+    """Real time, moved on by hand: a time-out or a threshold passes without a wait."""
+
+    def __init__(self) -> None:
+        self.ahead = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(timezone.utc) + self.ahead
+
+    def advance(self, seconds: float) -> None:
+        self.ahead += timedelta(seconds=seconds)
+
+
 class Bundle(TableListDagBundle):
-    """The bundle with the DAG rows a test sets, not Airflow's database's."""
+    """The bundle with the DAG rows a test sets, not Airflow's database's, on a clock the test moves."""
 
     rows: dict[str, DagRow]
+    clock: Clock
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.clock = Clock()
 
     def dag_summaries(self) -> dict[str, dag_bundle.FileSummary]:
         return dag_bundle.summarize(self.rows)
@@ -177,7 +194,7 @@ def test_a_new_dag_file_whose_parse_is_not_stored_within_the_time_out_lets_the_o
     bundle.refresh_interval = 0
     bundle.refresh()
     written = _mtimes(folder)
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
         bundle.refresh()
     after = _mtimes(folder)
@@ -206,10 +223,10 @@ def test_a_list_changed_again_while_a_new_file_waits_is_read_once_that_file_is_p
 def _asks_for_no_parse_past_the_time_out(bundle: Bundle, folder: Path, caplog) -> None:
     """Two refreshes past a time-out of 1 s touch no file again and warn of no parse."""
     before = _mtimes(folder)
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
         bundle.refresh()
-        time.sleep(1.1)
+        bundle.clock.advance(1.1)
         bundle.refresh()
     assert _mtimes(folder) == before
     assert "No parse" not in caplog.text
@@ -460,7 +477,7 @@ def test_a_table_taken_off_the_list_soon_after_the_last_parse_gets_one_more_pars
     bundle.rows = {**bundle.rows, "kept": DagRow(compaction, False, _parsed(0))}  # the parse after it, stored
     bundle.refresh()
     assert _mtimes(folder) == aged, "'gone' was parsed 0.5 s before the change: too soon to parse again"
-    time.sleep(1.0)  # the threshold passes
+    bundle.clock.advance(1.0)  # the threshold passes
     bundle.refresh()
     assert _mtimes(folder)[compaction] > aged[compaction], "the parse that lets Airflow deactivate 'gone'"
     _age(folder / compaction, 60 * 10**9)
@@ -533,26 +550,26 @@ def test_a_parse_not_stored_within_the_time_out_is_asked_for_again_then_left_wit
     compaction = "iceberg_compaction.py"
     bundle = _unpaused(folder, compaction)
     bundle.rows = {}  # deactivated
-    for attempt in range(1, dag_bundle.RETOUCHES + 1):
+    for attempt in range(1, handover.RETOUCHES + 1):
         aged = _mtimes(folder)
         bundle.refresh()
         assert _mtimes(folder) == aged, "within the time-out the parse may still be queued or under way"
-        time.sleep(1.1)
+        bundle.clock.advance(1.1)
         with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
             bundle.refresh()
-        assert _mtimes(folder)[compaction] > aged[compaction], f"touch {attempt} of {dag_bundle.RETOUCHES}"
+        assert _mtimes(folder)[compaction] > aged[compaction], f"touch {attempt} of {handover.RETOUCHES}"
         assert f"No parse of {compaction} was stored" in caplog.text
-        assert f"touching it again, {attempt} of {dag_bundle.RETOUCHES}" in caplog.text
+        assert f"touching it again, {attempt} of {handover.RETOUCHES}" in caplog.text
         _age(folder / compaction, 60 * 10**9)
     aged = _mtimes(folder)
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
         bundle.refresh()
     assert _mtimes(folder) == aged, "touched again at most RETOUCHES times"
     assert (
         "raise [dag_processor] dag_file_processor_timeout or lower the table list's tables_per_dag_file" in caplog.text
     )
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     bundle.refresh()
     assert _mtimes(folder) == aged, "no longer followed"
 
@@ -571,7 +588,7 @@ def test_a_file_queued_behind_other_parses_is_not_taken_for_killed(folder: Path,
     for name in DAG_FILES:
         _age(folder / name, 60 * 10**9)
     aged = _mtimes(folder)
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     with caplog.at_level(logging.WARNING, logger=dag_bundle.__name__):
         bundle.refresh()
     assert _mtimes(folder) == aged, "two files waiting, one parse at a time: two time-outs allowed"
@@ -600,7 +617,7 @@ def test_a_parse_stored_after_the_touch_is_not_asked_for_again(folder: Path, mon
     bundle.rows = {"a": DagRow(compaction, False, _parsed(0), 20.0)}  # the parse after the touch, stored
     bundle.refresh()
     aged = _mtimes(folder)
-    time.sleep(1.1)
+    bundle.clock.advance(1.1)
     bundle.refresh()
     assert _mtimes(folder) == aged
 
