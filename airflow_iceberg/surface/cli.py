@@ -8,15 +8,11 @@ the provider (``make setup`` does, for the embedded default); tasks never change
 with its gate closed: writers resume at once instead of when the lease ends. The audit trail records the run
 that held the gate, its lease, and the reason.
 
-``airflow-iceberg pools`` creates or resizes one Airflow pool per Spark connection for the tables that set
-``spark_slots`` (the largest value among a connection's tables), so at most that many rewrites run on one
-cluster at once. Run it where Airflow's metadata database is reachable, after changing the table list.
-
 ``airflow-iceberg dags DIR`` puts the provider's DAG files into the DAG folder DIR (again after an upgrade: they
 are the provider's), and the example table list ``iceberg_tables.yaml`` beside them unless DIR already has one. A
 table list of more than ``tables_per_dag_file`` tables takes further compaction DAG files (``iceberg_compaction_1.py``
 ...): it writes those too, asks Airflow's dag-processor to parse the new ones at once (where Airflow's metadata
-database is reachable, as for ``pools``), and removes those the list no longer takes.
+database is reachable), and removes those the list no longer takes.
 
 ``airflow-iceberg report [--table T] [--html DIR]`` prints, for each table of the table list, its gate (and who
 holds it, the lease left, the writers' acknowledgements), its health now from Iceberg metadata, and its last
@@ -116,8 +112,7 @@ def request_parses(folder: Path, paths: list[Path]) -> str:
     also makes the dag-processor list the folder's files again, so a new file is parsed within seconds, not at the
     next listing (``[dag_processor] refresh_interval``, 5 minutes by default). Meanwhile ``iceberg_compaction.py``,
     parsed every ``min_file_process_interval``, no longer builds the tables that moved, and Airflow would deactivate
-    their DAGs until then. Needs Airflow's metadata database, as ``airflow-iceberg pools`` does; without it, says
-    what that costs.
+    their DAGs until then. Needs Airflow's metadata database; without it, says what that costs.
     """
     later = (
         "Airflow finds them at its next listing of the folder ([dag_processor] refresh_interval), and the tables "
@@ -146,37 +141,6 @@ def request_parses(folder: Path, paths: list[Path]) -> str:
         names = ", ".join(path.name for path in paths)
         return f"could not ask Airflow to parse {names} now ({type(error).__name__}: {said}): {later}"
     return f"asked Airflow's dag-processor to parse {', '.join(files)} of DAG bundle {bundle.name!r} now"
-
-
-def pool_sizes(tables: list) -> dict[str, int]:
-    """Pool name -> slots, for the Spark connections of ``tables`` (``TableConfig``) that set ``spark_slots``."""
-    from airflow_iceberg.table_list.schema import spark_pool_name
-
-    sizes: dict[str, int] = {}
-    for table in tables:
-        if table.spark_slots:
-            name = spark_pool_name(table.spark_conn_id)
-            sizes[name] = max(sizes.get(name, 0), table.spark_slots)
-    return sizes
-
-
-def _pools(args: argparse.Namespace, out: TextIO) -> int:
-    from airflow.models.pool import Pool
-
-    from airflow_iceberg.table_list.loader import load_table_list
-
-    table_list = load_table_list()
-    for error in table_list.errors:
-        print(f"skipped: {error}", file=sys.stderr)
-    sizes = pool_sizes(table_list.tables)
-    for name, slots in sorted(sizes.items()):
-        Pool.create_or_update_pool(
-            name, slots, "airflow-iceberg: rewrites at once on one Spark connection", include_deferred=False
-        )
-        print(f"pool {name}: {slots} slots", file=out)
-    if not sizes:
-        print("no table sets spark_slots: the rewrites use Airflow's default pool", file=out)
-    return 0
 
 
 def _report(args: argparse.Namespace, out: TextIO) -> int:
@@ -229,8 +193,6 @@ def parser() -> argparse.ArgumentParser:
     force_open.add_argument("--reason", required=True, type=_reason, help="why, for the audit trail")
     _gate_conn_id_argument(force_open)
     force_open.set_defaults(run=_force_open)
-    pools = commands.add_parser("pools", help="create or resize the Airflow pool of each Spark connection")
-    pools.set_defaults(run=_pools)
     dags = commands.add_parser("dags", help="put the provider's DAG files into a DAG folder")
     dags.add_argument("folder", type=Path, help="Airflow's DAG folder ([core] dags_folder)")
     dags.set_defaults(run=_dags)

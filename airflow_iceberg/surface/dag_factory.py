@@ -39,7 +39,7 @@ from airflow_iceberg.planning.plan import Decision
 from airflow_iceberg.sensors.snapshot_idle import SnapshotIdleSensor
 from airflow_iceberg.surface import task_docs as docs
 from airflow_iceberg.table_list.loader import TableList, load_table_list, read_table_list
-from airflow_iceberg.table_list.schema import TableConfig, spark_pool_name
+from airflow_iceberg.table_list.schema import TableConfig
 from airflow_iceberg.timetables.cron import cron_trigger
 
 START_DATE = pendulum.datetime(2026, 1, 1, tz="UTC")
@@ -103,9 +103,7 @@ def _add(dag: DAG, tasks: Iterable[BaseOperator]) -> None:
 
 def _spark_args(config: TableConfig) -> dict[str, Any]:
     spark = config.spark
-    pool = {"pool": spark_pool_name(config.spark_conn_id)} if config.spark_slots else {}
     return {
-        **pool,
         "conn_id": config.spark_conn_id,
         "jars": ",".join(spark.jars) or None,
         "packages": ",".join(spark.packages) or None,

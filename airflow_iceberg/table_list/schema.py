@@ -63,11 +63,6 @@ def triggerer_shares_streams() -> bool:
     return hasattr(BaseEventTrigger, "shared_stream_key")
 
 
-def spark_pool_name(spark_conn_id: str) -> str:
-    """The Airflow pool of the rewrites on one Spark connection (with ``spark_slots``)."""
-    return f"iceberg_spark__{spark_conn_id}"
-
-
 class SparkSettings(BaseModel):
     """How the rewrite jobs reach Spark and Iceberg's runtime: jars on disk, or Maven packages."""
 
@@ -350,8 +345,8 @@ class TableConfig(BaseModel):
         default=None,
         gt=0,
         description="Tables paused and rewritten at once on this table's Spark connection, across all tables: "
-        "close_gate waits for a slot, worst health first, before it pauses writers, and the Spark tasks take an "
-        "Airflow pool per connection (create it with `airflow-iceberg pools`); unset, no limit",
+        "close_gate waits for a slot, worst health first, before it pauses writers, and the run holds it until its "
+        "gate opens; the one limit, with no Airflow pool to create; unset, no limit",
     )
     full_rewrite: FullRewriteConfig = Field(default_factory=FullRewriteConfig)
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)

@@ -100,14 +100,17 @@ def test_a_predicate_per_procedure_reaches_the_plan_and_only_through_the_plan_th
     assert (rewrite.where, rewrite.plan_task_id) == ({}, "plan_compaction")
 
 
-def test_with_spark_pool_slots_every_spark_task_of_the_connection_shares_one_pool():
-    dag = make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_slots=3)
-    spark_tasks = ["rewrite_files", "rewrite_manifests", "expire_snapshots"]
-    assert {dag.get_task(t).pool for t in spark_tasks} == {"iceberg_spark__spark_yarn"}
-    assert make_dag().get_task("rewrite_files").pool == "default_pool"
+def test_spark_slots_need_no_airflow_pool_the_slot_queue_is_the_one_limit():
+    """A task whose pool does not exist never starts: with spark_slots, every task stays in Airflow's default pool,
+    and close_gate's slot queue alone bounds the tables paused and rewritten."""
+    for dag in (
+        make_dag(spark_conn_id="spark_yarn", spark_slots=3),
+        make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_slots=3),
+    ):
+        assert {task.pool for task in dag.tasks} == {"default_pool"}, dag.dag_id
 
 
-def test_with_spark_pool_slots_close_gate_waits_for_a_slot_of_the_connection_by_the_plans_score():
+def test_with_spark_slots_close_gate_waits_for_a_slot_of_the_connection_by_the_plans_score():
     for dag in (
         make_dag(spark_conn_id="spark_yarn", spark_slots=3),
         make_full_rewrite_dag(spark_conn_id="spark_yarn", spark_slots=3),

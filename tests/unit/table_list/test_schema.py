@@ -66,18 +66,6 @@ def test_an_empty_where_is_refused_not_taken_for_the_whole_table(where):
     assert TableConfig(table="lake.db.a").where is None  # leaving it out is how to say "the whole table"
 
 
-def test_one_pool_per_spark_connection_sized_by_the_largest_setting_among_its_tables():
-    from airflow_iceberg.surface.cli import pool_sizes
-
-    tables = [
-        TableConfig(table="lake.db.a", spark_conn_id="spark_yarn", spark_slots=2),
-        TableConfig(table="lake.db.b", spark_conn_id="spark_yarn", spark_slots=5),
-        TableConfig(table="lake.db.c", spark_conn_id="spark_k8s", spark_slots=1),
-        TableConfig(table="lake.db.d", spark_conn_id="spark_other"),  # no pool: Airflow's default pool
-    ]
-    assert pool_sizes(tables) == {"iceberg_spark__spark_yarn": 5, "iceberg_spark__spark_k8s": 1}
-
-
 def test_where_per_procedure_names_a_bad_procedure_or_an_empty_predicate():
     config = TableConfig(table="lake.db.a", where={"rewrite_data_files": 'dt >= "20240620"'})
     assert config.where_for("rewrite_data_files") == 'dt >= "20240620"'
