@@ -31,7 +31,9 @@ A ``rewrite_data_files`` with ``remove-dangling-deletes`` runs without it, and t
 delete files itself, again when a writer's commit beat it (Iceberg 1.12 fails the removal on any commit since it
 began; ``core/spark_job.split_dangling_removal``). Its count replaces the procedure's
 ``removed_delete_files_count``; when every attempt lost, the rewrite stands and the files stay for the next run,
-which the result row says (``dangling_deletes_left``).
+which the result row says (``dangling_deletes_left``). A ``rewrite_manifests``, which runs with the gate open, is
+likewise called again when a writer's commit replaced a manifest it rewrote; when every attempt lost, the table
+stays as it was and the result row says so (``left_as_it_was``), for the next run.
 
 Pre-started (the secrets file's gate then has ``wait_for_go_seconds``), the job builds its session and loads the
 catalog while the writers still commit, says it is ready, and waits for the go that the idle wait gives
@@ -163,11 +165,13 @@ def remove_dangling_deletes(spark: Any, table: TableName) -> Attempts:
     return until_it_wins(attempt, _validation_failure)
 
 
-def run_call(spark: Any, table: TableName, procedure: str, statement: str) -> list[Any]:
-    """The CALL's result rows. A procedure of ``RETRIED_WHEN_BEATEN`` whose commit a writer's beat is called again
-    at the table's newest snapshot, until it wins or has lost ``DANGLING_REMOVAL_ATTEMPTS`` times."""
+def run_call(spark: Any, table: TableName, procedure: str, statement: str) -> dict[str, Any]:
+    """The CALL's result row. A procedure of ``RETRIED_WHEN_BEATEN`` whose commit a writer's beat is called again
+    at the table's newest snapshot, until it wins or has lost ``DANGLING_REMOVAL_ATTEMPTS`` times; then the table
+    stays as it was and the result says so (``left_as_it_was``), for the next run: such a procedure is upkeep beside
+    the writers, and a writer that commits faster than it runs would otherwise fail every run."""
     if procedure not in RETRIED_WHEN_BEATEN:
-        return spark.sql(statement).collect()
+        return _first_row(spark.sql(statement).collect())
     failures: list[Exception] = []
 
     def attempt() -> list[Any]:
@@ -183,8 +187,14 @@ def run_call(spark: Any, table: TableName, procedure: str, statement: str) -> li
     for loss in tries.lost_to:
         print(f"{procedure} lost to a writer's commit, called again: {loss}", flush=True)
     if tries.result is None:
-        raise failures[-1]
-    return tries.result
+        left = f"every one of {tries.attempts} attempts lost to a writer's commit, the last to: {tries.lost_to[-1]}"
+        print(f"{procedure} left the table as it was: {left}", flush=True)
+        return {"left_as_it_was": left}
+    return _first_row(tries.result)
+
+
+def _first_row(rows: list[Any]) -> dict[str, Any]:
+    return rows[0].asDict() if rows else {}
 
 
 def with_removal(result: dict[str, Any], removal: Attempts) -> dict[str, Any]:
@@ -300,10 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             started = time.monotonic()
-            rows = run_call(spark, table, procedure, statement)
+            row = run_call(spark, table, procedure, statement)
             # The CALL returned, so the procedure committed: its result stands even if the lease was lost
             # meanwhile (Iceberg validated that commit against every writer's).
-            result = with_uncommitted(rows[0].asDict() if rows else {}, planned)
+            result = with_uncommitted(row, planned)
             result["call_seconds"] = round(time.monotonic() - started, 3)  # the CALL's own time, as Spark ran it
             if keeper is not None and keeper.lost:
                 print(f"{procedure} finished and committed as its lease was lost: {keeper.lost}", flush=True)

@@ -30,7 +30,9 @@ def _force_open(config: TableConfig) -> str:
 REWRITE_MANIFESTS = (
     "Rewrites the table's manifests (`rewrite_manifests`) after the gate is open again: metadata only, and it "
     "never pauses writers. A writer's commit that replaced a manifest it rewrote beats it: the job then calls it "
-    "again at the newest snapshot, up to 5 times.\n\n**If it fails**, it retries later; the table is as it was."
+    "again at the newest snapshot, up to 5 times; if it loses every time, it leaves the manifests as they were for the "
+    "next run and says so (`left_as_it_was` in its result).\n\n**If it fails**, it retries later; the table is as "
+    "it was."
 )
 
 
