@@ -7,14 +7,16 @@ and each table's last health check (``iceberg_health_check``: one upsert per swe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from enum import StrEnum
 from typing import Any
 
 import pymysql
 
+from airflow_iceberg.core.gate_protocol import GATE_TABLE
 from airflow_iceberg.core.gate_state import database_time
+from airflow_iceberg.core.spark_slots import SLOT_QUEUE_TABLE
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.planning.plan import Decision
 
@@ -89,12 +91,18 @@ _HEALTH_UPSERT = f"""INSERT INTO {HEALTH_TABLE} ({", ".join(HEALTH_COLUMNS)}, ch
 
 _HEALTH_SELECT = f"SELECT {', '.join(HEALTH_COLUMNS)}, checked_at, started_at FROM {HEALTH_TABLE}"
 
-# The newest run record of each table, and how long ago it ended (or began, if it never ended), by the database
-# clock. The IN list holds one placeholder per table.
+# The newest run record of each table, how long ago it ended (or began, if it never ended), by the database clock,
+# and whether its run shows it is alive: it holds the table's gate on a lease that has not ended, or keeps its place
+# in its Spark connection's slot queue by asking. The IN list holds one placeholder per table.
 _LAST_RUNS = f"""SELECT r.table_name, r.dag_id, r.run_id, r.decision, r.outcome, r.started_at, r.finished_at,
-    TIMESTAMPDIFF(MICROSECOND, COALESCE(r.finished_at, r.started_at), NOW(6)) / 1e6 AS seconds_ago
+    TIMESTAMPDIFF(MICROSECOND, COALESCE(r.finished_at, r.started_at), NOW(6)) / 1e6 AS seconds_ago,
+    COALESCE(g.state = 'closed' AND g.lease_expires_at > NOW(6), FALSE) AS holds_gate,
+    COALESCE(q.expires_at > NOW(6), FALSE) AS asks_for_slot
     FROM {RUN_TABLE} r JOIN (SELECT MAX(id) AS id FROM {RUN_TABLE} WHERE table_name IN ({{}}) GROUP BY table_name) n
-    ON r.id = n.id"""
+    ON r.id = n.id
+    LEFT JOIN {GATE_TABLE} g ON g.table_name = r.table_name AND g.owner_dag_id = r.dag_id AND g.owner_run_id = r.run_id
+    LEFT JOIN {SLOT_QUEUE_TABLE} q
+    ON q.table_name = r.table_name AND q.owner_dag_id = r.dag_id AND q.owner_run_id = r.run_id"""
 
 # How many runs of each table failed in the last %s seconds, by the database clock.
 _FAILED_RUNS = f"""SELECT table_name, COUNT(*) AS failed FROM {RUN_TABLE}
@@ -205,9 +213,10 @@ class RunRecords:
             cursor.execute(_FAILED_RUNS, (int(seconds),))
             return {row["table_name"]: int(row["failed"]) for row in cursor.fetchall()}
 
-    def last_runs(self, tables: list[TableName | str]) -> dict[str, dict[str, Any]]:
-        """The newest run record of each of ``tables`` that has one, with ``seconds_ago``: since it ended, or
-        since it began if it never ended."""
+    def last_runs(self, tables: Sequence[TableName | str]) -> dict[str, dict[str, Any]]:
+        """The newest run record of each of ``tables`` that has one, in one query, with ``seconds_ago``: since it
+        ended, or since it began if it never ended; and ``alive``: its run holds the table's gate on a lease that
+        has not ended, or keeps its place in the Spark slot queue by asking."""
         names = sorted({str(TableName.of(t)) for t in tables})
         if not names:
             return {}
@@ -217,4 +226,5 @@ class RunRecords:
         for row in rows:
             row["started_at"], row["finished_at"] = database_time(row["started_at"]), database_time(row["finished_at"])
             row["seconds_ago"] = float(row["seconds_ago"])
+            row["alive"] = bool(row.pop("holds_gate")) or bool(row.pop("asks_for_slot"))
         return {row["table_name"]: row for row in rows}

@@ -10,18 +10,24 @@ A sweep, for every watched table:
   (:func:`airflow_iceberg.planning.screen.screen`); a table whose snapshot did not change keeps its last decision,
   and so does one that needs work and is held back (below) while its writers only add files (:func:`still_needs_work`);
 - decides by :func:`airflow_iceberg.planning.plan.plan_table`, the rule ``plan_compaction`` applies when the run starts;
-- starts a run (the watcher's event) for a table that needs work, unless a run of its DAG is queued or running,
-  or its last run ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event
-  asked for has not been created yet (:data:`RUN_APPEAR_SECONDS`), or the table changed since the sweep read it
-  (a run that ended during a long sweep): one event per need;
+- starts a run (the watcher's event) for a table that needs work, unless a run of it is under way (its record has
+  not ended: one query of the gate database for every table due, :meth:`CatalogSweep.hold_back`), or its last run
+  ended (or the watch started one) less than ``cooldown_minutes`` ago, or the run its last event asked for has not
+  been created yet (:data:`RUN_APPEAR_SECONDS`), or the table changed since the sweep read it (a run that ended
+  during a long sweep): one event per need;
 - writes what it decided for each table to the gate database (``iceberg_health_check``), for the Iceberg tables
   page and ``airflow-iceberg report``.
 
 Catalog and database calls are synchronous and run in a thread, off the triggerer's event loop. A catalog or a
 gate database that cannot be reached makes the sweep log, record and wait for the next interval; it never raises
 into the triggerer. What a sweep remembers is only a cache: after a triggerer restart the first sweep reads every
-table's metadata again, and the hold-back rules above read Airflow's runs and the gate database's run records, so
-a restart neither forgets a table that needs work nor starts a second run for one.
+table's metadata again, and the hold-back rules above read the gate database's run records and the watch's recorded
+checks (when it last started a run for each table), so a restart neither forgets a table that needs work nor
+starts a second run for one.
+
+A run queued in Airflow whose first task has not begun (a manual or scheduled run, on a busy scheduler) has no
+record yet: the watch may ask for one more. The DAGs run one run at a time, so that run waits for the first, plans
+from the table's health then, and ends at once when nothing needs work.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ PENDING_RUN_STATES = ["queued", "running"]
 #: of events a run may be created minutes after its event, and until then its DAG has no queued run: a table whose
 #: cool-down ended meanwhile would get a second event (seen with 200 tables needing work at once).
 RUN_APPEAR_SECONDS = 1800.0
+#: How long a run whose record has not ended may show no sign of life (no gate held on a live lease, no place kept in
+#: the Spark slot queue) before the watch asks Airflow whether it is still queued or running: its plan wrote the
+#: record, and the scheduler may take a while to start its next task on a busy Airflow.
+QUIET_RUN_SECONDS = 900.0
 #: The difference allowed between the triggerer's clock and the gate database's when matching a run record.
 CLOCK_SKEW_SECONDS = 5.0
 
@@ -130,6 +140,8 @@ class CatalogSweep:
         self.memory: dict[str, TableMemory] = {}
         # The trouble last logged for each table that has some (missing, unreadable): logged once, not each sweep.
         self.trouble: dict[str, str] = {}
+        # The tables whose last start by the watch, as recorded before this triggerer started, is in their memory.
+        self.remembered: set[str] = set()
         self.log = logging.getLogger(__name__)
         self._catalog: Any = None
 
@@ -315,9 +327,18 @@ class CatalogSweep:
     # --- holding back a second run ------------------------------------------------------------------------------
 
     async def hold_back(self, due: list[Check], watchers: Mapping[str, Watcher]) -> None:
-        """Turn each ``needs_work`` check into ``started`` or, with the reason, ``waiting``."""
+        """Turn each ``needs_work`` check into ``started`` or, with the reason, ``waiting``.
+
+        One question for every table due, to the gate database: each table's newest run record, and whether its run
+        shows it is alive (:meth:`RunRecords.last_runs`). Airflow is asked about a DAG's runs only where that cannot
+        tell: a run whose record never ended and that has shown no sign of life for :data:`QUIET_RUN_SECONDS` (its
+        run may have died without completing it)."""
+        tables = [c.table for c in due]
         try:
-            runs = await asyncio.to_thread(self._records().last_runs, [c.table for c in due])
+            runs = await asyncio.to_thread(self._records().last_runs, tables)
+            unasked = [t for t in tables if t not in self.remembered]
+            if unasked:  # the first time a table is due here: what the watch asked for before, from its checks
+                self._remember_starts(await asyncio.to_thread(self._records().health_checks), unasked, runs)
         except Exception as error:
             for check in due:
                 check.decision = HealthDecision.WAITING
@@ -328,15 +349,20 @@ class CatalogSweep:
             watcher, memory = watchers[check.table], self.memory[check.table]
             cooldown = watcher.cooldown_minutes * 60
             wait, held_until = None, 0.0  # held_until: while a run is pending, or the cool-down lasts
-            try:
-                pending = await _pending_runs(watcher.dag_id)
-            except Exception as error:
-                wait = f"cannot tell whether a run of {watcher.dag_id} is pending: {_say(error)}"
-            else:
-                if pending:
-                    wait, held_until = f"a run of {watcher.dag_id} is queued or running", float("inf")
-                    memory.run_seen = True
             last = runs.get(check.table)
+            if last is not None and last["finished_at"] is None:  # a run under way, by its record
+                under_way = f"its run {last['run_id']} of {last['dag_id']} is under way"
+                if last["alive"] or last["seconds_ago"] < QUIET_RUN_SECONDS:
+                    wait, held_until = under_way, float("inf")
+                else:
+                    try:
+                        pending = await _pending_runs(last["dag_id"])
+                    except Exception as error:
+                        wait = f"cannot tell whether a run of {last['dag_id']} is pending: {_say(error)}"
+                    else:
+                        if pending:
+                            wait, held_until = f"{under_way} (queued or running in Airflow)", float("inf")
+                memory.run_seen = memory.run_seen or wait is not None
             if _began_since(last, memory.started_wall):
                 memory.run_seen = True
             if wait is None and memory.started_at is not None and not memory.run_seen:
@@ -378,6 +404,23 @@ class CatalogSweep:
                 check.reason = f"{check.reason}; waits: the catalog did not answer a second look: {relist_error}"
             else:
                 check.reason = f"{check.reason}; waits: the table changed while this sweep ran; the next one decides"
+
+    def _remember_starts(
+        self, checks: Mapping[str, Mapping[str, Any]], tables: list[str], runs: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """Take the runs the watch last asked for, before this triggerer started (the ``started_at`` of the tables'
+        recorded checks), as asked by this sweep's watch: a run asked for and not yet created holds its table back
+        after a restart too."""
+        now, monotonic_now = datetime.now(timezone.utc), time.monotonic()
+        self.remembered.update(tables)
+        for table in tables:
+            asked = (checks.get(table) or {}).get("started_at")
+            memory = self.memory[table]
+            if asked is None or memory.started_at is not None:
+                continue
+            memory.started_wall = asked
+            memory.started_at = monotonic_now - max(0.0, (now - asked).total_seconds())
+            memory.run_seen = _began_since(runs.get(table), asked)
 
     def _records(self) -> RunRecords:
         """The run records and health checks of the gate connection."""

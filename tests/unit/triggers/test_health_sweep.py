@@ -15,13 +15,33 @@ def unchanged(monkeypatch, sweep) -> None:
 
 
 class _Runs:
-    """The gate database's run records as ``hold_back`` reads them: none, or the one a test sets."""
+    """The gate database's run records and recorded checks as ``hold_back`` reads them: none, or those a test sets;
+    and how many times it asked."""
 
     def __init__(self) -> None:
         self.last: dict[str, dict] = {}
+        self.checks: dict[str, dict] = {}
+        self.asked = 0
 
     def last_runs(self, tables):
-        return {t: self.last[t] for t in tables if t in self.last}
+        self.asked += 1
+        return {t: {"alive": False, **self.last[t]} for t in tables if t in self.last}
+
+    def health_checks(self):
+        return self.checks
+
+
+def under_way(seconds_ago: float, alive: bool, dag_id: str = "iceberg_compact__lake__db__t") -> dict:
+    """The record of a run its plan wrote ``seconds_ago`` and that has not ended."""
+    return {
+        "dag_id": dag_id,
+        "run_id": "r1",
+        "outcome": "running",
+        "started_at": datetime.now(timezone.utc),
+        "finished_at": None,
+        "seconds_ago": seconds_ago,
+        "alive": alive,
+    }
 
 
 def held_back_sweep(monkeypatch, pending: dict):
@@ -66,10 +86,10 @@ def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_ba
     now["t"] += 61  # the cool-down is over; the scheduler has not created the run yet
     check = decide()
     assert check.decision == "waiting" and "has not been created yet" in check.reason, check.reason
-    pending["count"] = 1  # created, queued
-    assert decide().decision == "waiting"
-    pending["count"] = 0  # it ran and ended a minute ago
-    runs.last["lake.db.t"] = {
+    runs.last["lake.db.t"] = under_way(10.0, alive=True)  # created; its plan recorded it; it waits for a slot
+    check = decide()
+    assert check.decision == "waiting" and "its run r1 of iceberg_compact__lake__db__t is under way" in check.reason
+    runs.last["lake.db.t"] = {  # it ran and ended a minute ago
         "run_id": "r1",
         "outcome": "succeeded",
         "started_at": datetime.now(timezone.utc),
@@ -78,6 +98,102 @@ def test_a_run_asked_for_but_not_yet_created_by_the_scheduler_holds_the_table_ba
     }
     now["t"] += 61
     assert decide().decision == "started"  # the table needs work again: a new need, a new run
+
+
+def test_every_table_due_is_held_back_by_one_question_to_the_gate_database_and_none_to_airflow(monkeypatch):
+    """200 tables needing work at once: asking Airflow about each one's runs made sweeps of up to 268 s."""
+    import asyncio
+
+    from airflow_iceberg.triggers.health_sweep import Check, TableMemory
+
+    asked_airflow = []
+
+    async def pending_runs(dag_id):
+        asked_airflow.append(dag_id)
+        return 0
+
+    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
+    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
+    tables = [f"lake.db.t{n}" for n in range(200)]
+    for n, table in enumerate(tables):
+        sweep.memory[table] = TableMemory(location=f"s3://{table}", facts=None)
+        if n % 2:  # half have a run under way: waiting for a slot, or holding the gate
+            runs.last[table] = under_way(3600.0, alive=True, dag_id=f"iceberg_compact__lake__db__t{n}")
+    checks = [Check(table, "needs_work", "needs work") for table in tables]
+    asyncio.run(sweep.hold_back(checks, {table: trigger(table=table, cooldown_minutes=1) for table in tables}))
+    assert [c.decision for c in checks] == ["started", "waiting"] * 100
+    assert (runs.asked, asked_airflow) == (1, [])
+
+
+def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in_airflow(monkeypatch):
+    """Its run may have died without completing its record (marked failed by hand, say): only Airflow can tell."""
+    import asyncio
+
+    from airflow_iceberg.triggers.health_sweep import QUIET_RUN_SECONDS, Check, TableMemory
+
+    pending = {"count": 1}
+    asked_airflow = []
+
+    async def pending_runs(dag_id):
+        asked_airflow.append(dag_id)
+        return pending["count"]
+
+    sweep, runs, now = held_back_sweep(monkeypatch, pending)
+    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+
+    def decide() -> Check:
+        check = Check("lake.db.t", "needs_work", "needs work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": trigger(cooldown_minutes=1)}))
+        return check
+
+    runs.last["lake.db.t"] = under_way(QUIET_RUN_SECONDS - 1, alive=False)
+    assert decide().decision == "waiting" and asked_airflow == [], "quiet, but not for long: between two tasks"
+    runs.last["lake.db.t"] = under_way(QUIET_RUN_SECONDS + 1, alive=True)
+    assert decide().decision == "waiting" and asked_airflow == [], "alive: it holds the gate or keeps its place"
+    runs.last["lake.db.t"] = under_way(QUIET_RUN_SECONDS + 1, alive=False)
+    check = decide()
+    assert check.decision == "waiting" and "(queued or running in Airflow)" in check.reason
+    assert asked_airflow == ["iceberg_compact__lake__db__t"]
+    pending["count"] = 0  # Airflow has no such run: it died, and its record will never end
+    assert decide().decision == "started"
+
+
+def test_after_a_restart_the_watchs_recorded_start_holds_the_table_until_its_run_appears(monkeypatch):
+    """The triggerer was killed after the watch asked for a run the scheduler had not created: the new triggerer's
+    first sweep finds the table needing work, no run under way, and its cool-down over."""
+    import asyncio
+    from datetime import timedelta
+
+    from airflow_iceberg.triggers.health_sweep import Check, TableMemory
+
+    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
+    asked = datetime.now(timezone.utc) - timedelta(seconds=120)
+    runs.checks["lake.db.t"] = {"started_at": asked}
+    runs.last["lake.db.t"] = {  # its previous run, long before
+        "dag_id": "iceberg_compact__lake__db__t",
+        "run_id": "r0",
+        "outcome": "success",
+        "started_at": asked - timedelta(hours=2),
+        "finished_at": asked - timedelta(hours=1),
+        "seconds_ago": 3720.0,
+    }
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+
+    def decide() -> Check:
+        check = Check("lake.db.t", "needs_work", "needs work")
+        asyncio.run(sweep.hold_back([check], {"lake.db.t": trigger(cooldown_minutes=1)}))
+        return check
+
+    check = decide()
+    assert check.decision == "waiting" and "the run the watch asked for 120 s ago has not been created yet" in (
+        check.reason
+    )
+    runs.last["lake.db.t"] = {**under_way(5.0, alive=True), "started_at": asked + timedelta(seconds=100)}
+    assert decide().decision == "waiting"  # it appeared, and is under way
+    runs.last["lake.db.t"] = {**runs.last["lake.db.t"], "finished_at": datetime.now(timezone.utc), "seconds_ago": 61}
+    now["t"] += 600
+    assert decide().decision == "started"  # it ended a cool-down ago, and the table needs work again
 
 
 def test_a_run_that_never_appears_holds_the_table_back_no_longer_than_run_appear_seconds(monkeypatch):
