@@ -34,7 +34,7 @@ from airflow_iceberg.table_list.schema import TableConfig
 from devkit.bench import COLUMNS, PHYSICAL_TARGET, RUNS, report_writer
 from devkit.bench import _row as bench_row
 from devkit.demo import DEMO_TABLE
-from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, LiveAirflow, logged_at
+from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, dags_parsed, logged_at, running
 from devkit.live_ingest import CompactionFigures, RunTimes, closed_spell, measure
 from devkit.spark_standalone import CONN_ID, standalone_cluster
 from devkit.tables import drop_table
@@ -81,30 +81,33 @@ def main() -> int:
     WriteGateHook(config.write_gate_conn_id).force_open(BENCH_TABLE, "make bench-cluster recreates the table")
     figures: list[CompactionFigures] = []
     startups: list[tuple[float, float]] = []
-    home = work / "airflow-home"
-    home.mkdir()
     with standalone_cluster(work / "spark-cluster") as cluster:
         print(f"==> Spark standalone cluster at {cluster.master_url} (one worker, 2 cores, 2 GiB)")
-        airflow = LiveAirflow(home, table_list, meta_db=META_DB, settings=AIRFLOWS_OWN_IDLE_SLEEP)
         print("==> airflow standalone (PostgreSQL, LocalExecutor)")
-        airflow.start()
-        job = IngestJob(writer_config, work / "ingest", trigger_seconds=3.0).start()
-        print(f"==> {BENCH_TABLE}: live gated ingest (a MERGE every 3 s), {RUNS} gated compactions on the cluster")
-        try:
-            airflow.wait_for(f"{dag_id} to be parsed", lambda: airflow.dag_parsed(dag_id), 600)
-            job.wait_for_batches(3)
-            for _ in range(RUNS):
-                job.wait_for_batches(len(job.batches()) + 3)
-                run = airflow.wait_for_run(dag_id, airflow.trigger(dag_id, {}), timeout=1800)
-                job.wait_for_batches(len(job.batches()) + 2)  # the records the gate held back get committed
-                times = RunTimes.of_live_run(airflow, dag_id, run)
-                figures.append(measure(times, BENCH_TABLE, job))
-                ready = logged_at(airflow.task_log(dag_id, times.run_id, REWRITE_TASK_ID), READY_LINE)
-                closed, _ = closed_spell(WriteGateHook(config.write_gate_conn_id), BENCH_TABLE, times.run_id)
-                startups.append(((ready - times.rewrite_start).total_seconds(), (closed - ready).total_seconds()))
-        finally:
-            final = job.stop()
-            airflow.stop()
+        airflow_running = running(
+            work / "airflow-home",
+            table_list,
+            ready=(f"{dag_id} to be parsed", dags_parsed(dag_id), 600),
+            keep_logs=True,
+            meta_db=META_DB,
+            settings=AIRFLOWS_OWN_IDLE_SLEEP,
+        )
+        with airflow_running as airflow:
+            job = IngestJob(writer_config, work / "ingest", trigger_seconds=3.0).start()
+            print(f"==> {BENCH_TABLE}: live gated ingest (a MERGE every 3 s), {RUNS} gated compactions on the cluster")
+            try:
+                job.wait_for_batches(3)
+                for _ in range(RUNS):
+                    job.wait_for_batches(len(job.batches()) + 3)
+                    run = airflow.wait_for_run(dag_id, airflow.trigger(dag_id, {}), timeout=1800)
+                    job.wait_for_batches(len(job.batches()) + 2)  # the records the gate held back get committed
+                    times = RunTimes.of_live_run(airflow, dag_id, run)
+                    figures.append(measure(times, BENCH_TABLE, job))
+                    ready = logged_at(airflow.task_log(dag_id, times.run_id, REWRITE_TASK_ID), READY_LINE)
+                    closed, _ = closed_spell(WriteGateHook(config.write_gate_conn_id), BENCH_TABLE, times.run_id)
+                    startups.append(((ready - times.rewrite_start).total_seconds(), (closed - ready).total_seconds()))
+            finally:
+                final = job.stop()
         applications = cluster.state()["completedapps"]
 
     columns = (*COLUMNS, ("startup_s", 10), ("ready_before_close_s", 21))

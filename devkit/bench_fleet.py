@@ -57,7 +57,7 @@ from airflow_iceberg.surface.dag_factory import compaction_dag_id
 from airflow_iceberg.table_list.loader import TABLES_PER_DAG_FILE, load_table_list
 from devkit import bench_parse
 from devkit.bench_parse import FILES as DAG_FILES
-from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, DAGS_FOLDER, LiveAirflow
+from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, DAGS_FOLDER, LiveAirflow, running
 from devkit.tables import TableStats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,26 +126,30 @@ def live_airflow(
     home.mkdir(parents=True)
     path = home / "tables.yaml"
     table_list(path, fleet, mode, args.poll_interval, args.cron_tables)
-    (home / "airflow").mkdir()
     environment = {**SETTINGS, "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": str(paused), **(settings or {})}
-    airflow = LiveAirflow(home / "airflow", path, meta_db=META_DB, reparse_seconds=None, settings=environment)
+    all_parsed = (
+        f"{len(fleet)} tables' DAGs parsed",
+        lambda airflow: airflow.query("SELECT count(*) FROM dag WHERE NOT is_stale")[0][0] >= 2 * len(fleet),
+        1800,
+    )
+    began = time.monotonic()
     try:
-        began = time.monotonic()
-        airflow.start()
-        airflow.wait_for(
-            f"{len(fleet)} tables' DAGs parsed",
-            lambda: airflow.query("SELECT count(*) FROM dag WHERE NOT is_stale")[0][0] >= 2 * len(fleet),
-            1800,
-            every=5,
-        )
-        print(f"  {mode}: airflow standalone up, {2 * len(fleet)} DAGs parsed in {time.monotonic() - began:.0f} s")
-        yield airflow
+        with running(
+            home / "airflow",
+            path,
+            ready=all_parsed,
+            stop_grace=STOP_GRACE_SECONDS,
+            meta_db=META_DB,
+            settings=environment,
+        ) as airflow:
+            print(f"  {mode}: airflow standalone up, {2 * len(fleet)} DAGs parsed in {time.monotonic() - began:.0f} s")
+            yield airflow
+    except AssertionError as error:  # stop killed what outlived it: the figures stand, and this is reported
+        if "outlived it" not in str(error):
+            raise
+        STOPS_MISSED.append(f"{mode}: {error}")
+        print(f"  {mode}: {error}; killed them")
     finally:
-        try:
-            airflow.stop(grace=STOP_GRACE_SECONDS)
-        except AssertionError as error:  # stop killed what outlived it: the figures stand, and this is reported
-            STOPS_MISSED.append(f"{mode}: {error}")
-            print(f"  {mode}: {error}; killed them")
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -42,7 +42,6 @@ import logging
 import os
 import re
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -987,23 +986,17 @@ def on_stack(name: str, argv: list[str]) -> int:
 def live_airflow(work: Path, config: TableConfig) -> Iterator[Any]:
     """``airflow standalone`` for arm 1 on the bench's table list; every DAG starts paused, each run unpauses its
     table's compaction DAG while it streams."""
-    from devkit.live_airflow import LiveAirflow
+    from devkit.live_airflow import dags_parsed, running
 
-    (work / "airflow").mkdir()
-    airflow = LiveAirflow(
+    dag_id = compaction_dag_id(config.table)
+    with running(
         work / "airflow",
         Path(os.environ["AIRFLOW_ICEBERG_CONFIG"]),
+        ready=(f"{dag_id} parsed", dags_parsed(dag_id), 600),
         meta_db="airflow_iceberg_bench_peers",
         settings={"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"},
-    )
-    dag_id = compaction_dag_id(config.table)
-    try:
-        airflow.start()
-        airflow.wait_for(f"{dag_id} parsed", lambda: airflow.dag_parsed(dag_id), 600)
+    ) as airflow:
         yield airflow
-    finally:
-        airflow.stop()
-        shutil.rmtree(airflow.home / "logs", ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from airflow_iceberg.surface.dag_factory import PLAN_TASK_ID, REWRITE_PROCEDURES
 from airflow_iceberg.table_list.loader import load_table_list
 from airflow_iceberg.table_list.schema import TableConfig
 from devkit.demo import DEMO_TABLE
-from devkit.live_airflow import LiveAirflow, fleet
+from devkit.live_airflow import LiveAirflow, fleet, running
 from devkit.tables import TableStats, drop_table
 from devkit.writers import spark_job_hook, write_small_files
 
@@ -266,13 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"==> {copies.size}: {len(copies.all)} identical copies of a table ({' '.join(SIZES[copies.size])})")
         written[copies.size] = write_copies(config, copies, work)
 
-    home = work / "airflow-home"
-    home.mkdir()
-    airflow = LiveAirflow(home, table_list, meta_db=META_DB, reparse_seconds=None)
     print(f"==> airflow standalone (PostgreSQL, LocalExecutor), {len(entries) + FLEET_SIZE} tables in its list")
-    airflow.start()
     timings = {}
-    try:
+    with running(work / "airflow-home", table_list, keep_logs=True, meta_db=META_DB) as airflow:
         for copies in sizes:
             dag_runs, bare_runs = [], []
             for run in range(copies.repeats):  # taking turns, so both sides meet the same machine
@@ -284,8 +280,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"==> bare spark-submit of each CALL, one after the other, on {copies.bare_each}")
             bare_each_s = run_bare(copies.bare_each, work, predicates, one_application=False)
             timings[copies.size] = Timings(dag_runs, bare_runs, bare_each_s)
-    finally:
-        airflow.stop()
 
     same_work = True
     for copies in sizes:

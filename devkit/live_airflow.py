@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from datetime import datetime
 from pathlib import Path
@@ -98,6 +99,40 @@ def fleet(count: int) -> list[dict[str, Any]]:
     recent = "ts >= '{{ macros.ds_add(ds, -2) }}'"
     manual_only = {"where": recent, "full_rewrite": {"schedule": None}}
     return [{"table": f"lake.fleet.t{n:04d}", **manual_only} for n in range(count)]
+
+
+@contextlib.contextmanager
+def running(
+    home: Path,
+    table_list: Path,
+    *,
+    ready: tuple[str, Callable[[LiveAirflow], Any], float] | None = None,
+    stop_grace: float = 30,
+    keep_logs: bool = False,
+    **options: Any,
+) -> Iterator[LiveAirflow]:
+    """A :class:`LiveAirflow` for the ``with`` block, the one way the benches and the tests start one: ``home`` made,
+    Airflow started and, with ``ready`` (what, its condition, a time-out), waited for until it holds; stopped at the
+    block's end (``stop_grace``), its task logs removed unless ``keep_logs``. ``options`` are :class:`LiveAirflow`'s."""
+    home.mkdir(parents=True, exist_ok=True)
+    airflow = LiveAirflow(home, table_list, **options)
+    try:
+        airflow.start()
+        if ready is not None:
+            what, condition, timeout = ready
+            airflow.wait_for(what, lambda: condition(airflow), timeout, every=min(5.0, timeout / 100))
+        yield airflow
+    finally:
+        try:
+            airflow.stop(grace=stop_grace)
+        finally:
+            if not keep_logs:
+                shutil.rmtree(home / "logs", ignore_errors=True)
+
+
+def dags_parsed(*dag_ids: str) -> Callable[[LiveAirflow], bool]:
+    """A :func:`running` ``ready`` condition: each of ``dag_ids`` parsed and active."""
+    return lambda airflow: all(airflow.dag_parsed(dag_id) for dag_id in dag_ids)
 
 
 class LiveAirflow:

@@ -390,25 +390,18 @@ def live_airflow(
     last of them is done: idle, it would still take CPU from every test after them.
     """
     from airflow_iceberg.fleet.dag_bundle import FLEET_SETTINGS
-    from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, META_DB, LiveAirflow, fleet
+    from devkit.live_airflow import AIRFLOWS_OWN_IDLE_SLEEP, META_DB, fleet, running
 
     root = tmp_path_factory.mktemp("live-airflow")
     table_list = root / "scheduler_tables.yaml"
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": fleet(FLEET_SIZE)}))
-    home = root / "airflow-home"
-    home.mkdir()
     # The fleet setting docs/fleets.md advises: test_table_list_changes holds it to its promise. All but its idle
     # scheduler sleep: the suite's runs would each wait up to 5 s more for every next task, and the sleep is no
     # part of how a table-list change reaches Airflow (make bench-fleet measures the setting whole).
     settings = {**statsd.settings(), **FLEET_SETTINGS, **AIRFLOWS_OWN_IDLE_SLEEP}
-    airflow = LiveAirflow(home, table_list, meta_db=META_DB + DB_SUFFIX, settings=settings)
-    request.config.stash[_LIVE_AIRFLOW] = airflow
-    try:
-        airflow.start()
+    with running(root / "airflow-home", table_list, meta_db=META_DB + DB_SUFFIX, settings=settings) as airflow:
+        request.config.stash[_LIVE_AIRFLOW] = airflow
         yield airflow
-    finally:
-        airflow.stop()
-        shutil.rmtree(home / "logs", ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)

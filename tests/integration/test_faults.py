@@ -2,26 +2,29 @@
 failed commit and the table with every row, and each scenario does what it must.
 
 The scenarios (``devkit/faults.py``) share one table, one gated writer appending through pyiceberg every half
-second, and a MariaDB of their own for the gate, which they stop and start. They run in the order listed there.
+second, and a MariaDB of their own for the gate, which they stop and start (``devkit/fault_bench.py``). They run in
+the order listed there.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from airflow_iceberg.surface.dag_factory import compaction_dag_id, full_rewrite_dag_id
 from devkit import faults
+from devkit.fault_bench import TABLE, FaultBench, Outcome
 from tests.integration.conftest import suite_defaults
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory, integration_stack):
-    with faults.FaultBench(tmp_path_factory.mktemp("faults"), suite_defaults()) as shared:
+    with FaultBench(tmp_path_factory.mktemp("faults"), suite_defaults()) as shared:
         yield shared
 
 
-def run(bench: faults.FaultBench, scenario) -> faults.Outcome:
+def run(bench: FaultBench, scenario) -> Outcome:
     outcome = scenario(bench)
-    print(faults.Outcome.header())
+    print(Outcome.header())
     print(outcome.row(), outcome.checks)
     # What every scenario must leave: writers free again, nothing lost, no commit the gate should have prevented.
     assert outcome.gate_after in ("open", "released at lease end"), outcome
@@ -80,8 +83,8 @@ def test_two_runs_at_once_take_turns_at_the_gate(bench):
     outcome = run(bench, faults.two_runs_at_once)
     assert outcome.run_state == "success + success"
     assert sorted(outcome.checks["closes"]) == [
-        faults.compaction_dag_id(faults.TABLE),
-        faults.full_rewrite_dag_id(faults.TABLE),
+        compaction_dag_id(TABLE),
+        full_rewrite_dag_id(TABLE),
     ]
 
 
@@ -102,7 +105,7 @@ def test_a_busy_writer_that_ignores_the_gate_times_the_wait_out_and_nothing_is_r
     # The run's record names the task that ended the run and says why, as the wait saw it on its last try.
     detail = outcome.checks["record_detail"]
     assert detail.startswith(
-        f"wait_until_snapshot_idle failed, so rewrite_files did not run: the writers of {faults.TABLE} had not gone "
+        f"wait_until_snapshot_idle failed, so rewrite_files did not run: the writers of {TABLE} had not gone "
         "idle when the sensor's timeout of 15 s ran out: a writer kept committing to "
     ), detail
 

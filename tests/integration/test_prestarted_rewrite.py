@@ -13,7 +13,7 @@ import time
 from airflow_iceberg.core.gate_work import WORK_TABLE
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.surface.dag_factory import compaction_dag_id
-from devkit.faults import alive, rewrite_submit
+from devkit.fault_bench import alive, rewrite_submit
 from devkit.live_airflow import logged_at
 from devkit.tables import data_file_paths
 from devkit.writers import write_small_files

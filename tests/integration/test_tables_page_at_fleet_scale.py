@@ -8,8 +8,6 @@ reads no table's metadata for this: the tables are not even in the catalog. A sc
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import yaml
 from selenium.common.exceptions import StaleElementReferenceException
@@ -39,7 +37,7 @@ FAILED_TODAY, FAILED_LONG_AGO = (4, 14, 24, 24), (34,)
 @pytest.fixture(scope="module")
 def fleet_airflow(tmp_path_factory, integration_stack):
     """A live Airflow whose table list has the 1,000 tables (manual-only, every DAG paused), and their state."""
-    from devkit.live_airflow import LiveAirflow
+    from devkit.live_airflow import running
 
     gate_hook = WriteGateHook()
 
@@ -47,15 +45,6 @@ def fleet_airflow(tmp_path_factory, integration_stack):
     table_list = root / "tables.yaml"
     entries = [{"table": str(t), "full_rewrite": {"schedule": None}} for t in TABLES]
     table_list.write_text(yaml.safe_dump({"defaults": suite_defaults(), "tables": entries}))
-    (root / "home").mkdir()
-    paused = {"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"}
-    airflow = LiveAirflow(
-        root / "home",
-        table_list,
-        meta_db=f"airflow_iceberg_test_fleet_page{DB_SUFFIX}",
-        reparse_seconds=None,
-        settings=paused,
-    )
     checks = []
     for n, table in enumerate(TABLES):
         if n in NEVER_CHECKED:
@@ -74,33 +63,40 @@ def fleet_airflow(tmp_path_factory, integration_stack):
             }
         )
     owners = [GateOwner(compaction_dag_id(TABLES[n]), f"manual__held_{n}") for n in CLOSED]
-    try:
-        airflow.start()
-        gate_hook.records.record_health_checks(checks)
-        for n, owner in zip(CLOSED, owners, strict=True):
-            gate_hook.close_gate(TABLES[n], owner, lease_seconds=3600)
-        for i, n in enumerate(FAILED_TODAY + FAILED_LONG_AGO):
-            gate_hook.records.record_failed_run(
-                TABLES[n], compaction_dag_id(TABLES[n]), f"manual__failed_{i}", "plan_compaction", RuntimeError("down")
-            )
-        with gate_hook.get_conn() as db, db.cursor() as cursor:  # one failure is older than the summary's 24 hours
-            cursor.execute(
-                f"UPDATE {RUN_TABLE} SET started_at = NOW(6) - INTERVAL 2 DAY WHERE table_name = %s",
-                (str(TABLES[FAILED_LONG_AGO[0]]),),
-            )
-            db.commit()
-        airflow.wait_for(
-            f"{2 * FLEET} DAGs parsed",
-            lambda: airflow.query("SELECT count(*) FROM dag WHERE NOT is_stale")[0][0] >= 2 * FLEET,
-            1200,
-            every=5,
-        )
-        yield airflow
-    finally:
-        for n in CLOSED:
-            gate_hook.force_open(TABLES[n], "test done")
-        airflow.stop()
-        shutil.rmtree(root / "home" / "logs", ignore_errors=True)
+    every_dag = (
+        f"{2 * FLEET} DAGs parsed",
+        lambda airflow: airflow.query("SELECT count(*) FROM dag WHERE NOT is_stale")[0][0] >= 2 * FLEET,
+        1200,
+    )
+    with running(
+        root / "home",
+        table_list,
+        ready=every_dag,
+        meta_db=f"airflow_iceberg_test_fleet_page{DB_SUFFIX}",
+        settings={"AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"},
+    ) as airflow:
+        try:
+            gate_hook.records.record_health_checks(checks)
+            for n, owner in zip(CLOSED, owners, strict=True):
+                gate_hook.close_gate(TABLES[n], owner, lease_seconds=3600)
+            for i, n in enumerate(FAILED_TODAY + FAILED_LONG_AGO):
+                gate_hook.records.record_failed_run(
+                    TABLES[n],
+                    compaction_dag_id(TABLES[n]),
+                    f"manual__failed_{i}",
+                    "plan_compaction",
+                    RuntimeError("down"),
+                )
+            with gate_hook.get_conn() as db, db.cursor() as cursor:  # one failure is older than the summary's 24 hours
+                cursor.execute(
+                    f"UPDATE {RUN_TABLE} SET started_at = NOW(6) - INTERVAL 2 DAY WHERE table_name = %s",
+                    (str(TABLES[FAILED_LONG_AGO[0]]),),
+                )
+                db.commit()
+            yield airflow
+        finally:
+            for n in CLOSED:
+                gate_hook.force_open(TABLES[n], "test done")
 
 
 def expected_order() -> list[str]:
