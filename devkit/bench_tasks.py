@@ -40,7 +40,7 @@ from airflow_iceberg.hooks.write_gate import WriteGateHook
 from airflow_iceberg.surface.dag_factory import PLAN_TASK_ID, REWRITE_PROCEDURES, REWRITE_TASK_ID, compaction_dag_id
 from airflow_iceberg.table_list.loader import load_table_list
 from airflow_iceberg.table_list.schema import TableConfig
-from devkit.demo import DEMO_TABLE
+from devkit.bench_health import bench_settings
 from devkit.live_airflow import LiveAirflow, fleet, running
 from devkit.tables import TableStats, drop_table
 from devkit.writers import spark_job_hook, write_small_files
@@ -83,19 +83,6 @@ class Copies:
 
 def _seconds(start: str, end: str) -> float:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
-
-
-def _bench_settings() -> dict:
-    """The shipped demo table's settings (rewrite options included), for the whole table, on demand only."""
-    demo = next(t for t in load_table_list().tables if t.table == DEMO_TABLE)
-    settings = demo.model_dump(mode="json", exclude={"table", "where", "schedule", "full_rewrite"})
-    return {
-        **settings,
-        "idle_seconds": 2,
-        "poke_interval": 1,
-        "full_rewrite": {"schedule": None},
-        "health": {**settings["health"], "watch": False},  # runs on demand only: the bench starts each
-    }
 
 
 def run_dag(airflow: LiveAirflow, table: TableName) -> dict[str, float]:
@@ -252,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
     sizes = [Copies(size, args.repeats) for size in names]
     logging.getLogger("pyiceberg.catalog.sql").setLevel(logging.ERROR)
-    settings = _bench_settings()
+    settings = bench_settings()
     work = Path(tempfile.mkdtemp(prefix="airflow-iceberg-bench-tasks-"))
     table_list = work / "iceberg_tables.yaml"
     # Only the DAG copies' DAGs run; the bare copies are listed to be read with the same settings.

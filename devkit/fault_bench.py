@@ -26,7 +26,7 @@ from airflow_iceberg.core.spark_job import JobArguments
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.hooks.write_gate import WriteGateHook
-from airflow_iceberg.surface.dag_factory import compaction_dag_id
+from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id
 from airflow_iceberg.table_list.loader import load_table_list
 from airflow_iceberg.table_list.schema import TableConfig
 from devkit.dag_runs import load_dag
@@ -398,6 +398,15 @@ class FaultBench:
         return dag.test()
 
     @contextmanager
+    def run_here_beside(self, fault: Callable[[], None]) -> tuple[Any, int]:
+        """The table's compaction DAG run here (:meth:`run_here`) while ``fault`` runs in a thread beside it: the
+        run, and how many tries its rewrite took."""
+        injector = threading.Thread(target=fault, daemon=True)
+        injector.start()
+        run = self.run_here()
+        injector.join(60)
+        return run, run.get_task_instance(REWRITE_TASK_ID).try_number
+
     def run_elsewhere(self, dag_id: str | None = None) -> Iterator[subprocess.Popen]:
         """``airflow dags test`` of the DAG in a process (and process group) of its own; ended when the block ends."""
         name = dag_id or compaction_dag_id(TABLE)

@@ -91,11 +91,7 @@ def spark_submit_killed(bench: FaultBench) -> Outcome:
         jvm.send_signal(signal.SIGKILL)
         killed.append(jvm.pid)
 
-    killer = threading.Thread(target=kill_once, daemon=True)
-    killer.start()
-    run = bench.run_here()
-    killer.join(5)
-    tries = run.get_task_instance(REWRITE_TASK_ID).try_number
+    run, tries = bench.run_here_beside(kill_once)
     return bench.outcome(
         "spark-submit killed",
         started,
@@ -333,11 +329,7 @@ def warehouse_unwritable(bench: FaultBench) -> Outcome:
         finally:
             subprocess.run(["chattr", "-i", str(data)], check=True)
 
-    freezer = threading.Thread(target=freeze_while_rewriting, daemon=True)
-    freezer.start()
-    run = bench.run_here()
-    freezer.join(60)
-    tries = run.get_task_instance(REWRITE_TASK_ID).try_number
+    run, tries = bench.run_here_beside(freeze_while_rewriting)
     return bench.outcome(
         "warehouse unwritable",
         started,

@@ -223,6 +223,23 @@ def compaction_when_needed(
     )
 
 
+def rolling_changes(
+    kafka, cdc_table: str, unique_name: str, tmp_path, until: threading.Event
+) -> tuple[CdcJob, ChangeStream, threading.Thread]:
+    """The Flink upsert job started on ``cdc_table`` as a rolling table, and a stream of changes into it through a
+    topic of its own until ``until`` is set, started: the job, the stream and the thread producing it."""
+    topic = f"changes_{unique_name}"
+    kafka.create_topic(topic, partitions=PARALLELISM)
+    with load(cdc_table).transaction() as transaction:
+        transaction.set_properties(ROLLING_TABLE)
+    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB, **ROLLING)
+    stream = ChangeStream(kafka, topic, KEYS)
+    job.start()
+    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, ROLLING_RATE, until), daemon=True)
+    producing.start()
+    return job, stream, producing
+
+
 @pytest.mark.stack_check("Flink CDC upsert, gated")
 @pytest.mark.stack_smoke
 def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_delete_and_lose_no_change(
@@ -239,16 +256,8 @@ def test_three_gated_compactions_beside_the_running_cdc_job_fold_every_equality_
     config = table_config(cdc_table, **settings)
     rewrite_options = config.options_for("rewrite_data_files")
     where = {procedure: None for procedure in REWRITE_PROCEDURES}
-    topic = f"changes_{unique_name}"
-    kafka.create_topic(topic, partitions=PARALLELISM)
-    with load(cdc_table).transaction() as transaction:
-        transaction.set_properties(ROLLING_TABLE)
-    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB, **ROLLING)
-    stream = ChangeStream(kafka, topic, KEYS)
-    job.start()
     compacted = threading.Event()
-    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, ROLLING_RATE, compacted), daemon=True)
-    producing.start()
+    job, stream, producing = rolling_changes(kafka, cdc_table, unique_name, tmp_path, until=compacted)
     compactions = []
     try:
         for number in range(1, stack_check.compactions(3) + 1):
@@ -616,16 +625,8 @@ def test_without_the_gate_rewrites_beside_the_flink_upsert_job_show_what_conflic
     """The control: the same load with rewrites that never close the gate. It prints what conflicted, on each side,
     and whether the table still holds the expected rows; it fails only if no Flink commit landed during a rewrite
     (then it measured nothing)."""
-    topic = f"changes_{unique_name}"
-    kafka.create_topic(topic, partitions=PARALLELISM)
-    with load(cdc_table).transaction() as transaction:
-        transaction.set_properties(ROLLING_TABLE)
-    job = CdcJob(tmp_path / "job", kafka=kafka, topic=topic, table=cdc_table, writer_id=unique_name, **JOB, **ROLLING)
-    stream = ChangeStream(kafka, topic, KEYS)
-    job.start()
     rewritten = threading.Event()  # the gated test's load, until the last rewrite has ended
-    producing = threading.Thread(target=stream.produce, args=(MOST_CHANGES, ROLLING_RATE, rewritten), daemon=True)
-    producing.start()
+    job, stream, producing = rolling_changes(kafka, cdc_table, unique_name, tmp_path, until=rewritten)
     # The options the compaction DAG gives this table's Iceberg (no remove-dangling-deletes before 1.7).
     options = table_config(cdc_table).provider_options(
         "rewrite_data_files", {"rewrite-all": True, **REWRITE_TARGET, **FULL_FOLDING}

@@ -89,21 +89,10 @@ def test_two_slots_let_two_tables_pause_at_once_and_no_third(gate_hook, fleet):
 def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_when_one_frees(gate_hook, fleet):
     (t1, t2, _), conn = fleet
     gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 1, 0, 60))
-    task = CloseWriteGateOperator(
-        task_id="close_gate",
-        table=t2,
-        lease_seconds=600,
-        max_pause_seconds=600,
-        gate_wait_seconds=120,
-        poke_interval=0.2,
-        spark_conn_id=conn,
-        spark_slots=1,
-        plan_task_id="plan_compaction",
-    )
+    task = close_task(t2, conn, deferrable=False, plan_task_id="plan_compaction")
     plan = {"score": 7}
     context = {
-        "dag": type("Dag", (), {"dag_id": owner(t2).dag_id}),
-        "run_id": owner(t2).run_id,
+        **context_of(t2),
         "ti": type("TI", (), {"xcom_pull": staticmethod(lambda task_ids, key: plan if key == "plan" else None)}),
     }
     result: dict = {}
@@ -124,19 +113,9 @@ def test_close_task_keeps_the_gate_open_while_it_waits_for_a_slot_and_closes_whe
 def test_close_task_gives_up_after_its_wait_naming_the_slots_and_changes_nothing(gate_hook, fleet):
     (t1, t2, _), conn = fleet
     gate_hook.close_gate(t1, owner(t1), 600, 600, SparkSlotRequest(conn, 1, 0, 60))
-    task = CloseWriteGateOperator(
-        task_id="close_gate",
-        table=t2,
-        lease_seconds=600,
-        max_pause_seconds=600,
-        gate_wait_seconds=1,
-        poke_interval=0.2,
-        spark_conn_id=conn,
-        spark_slots=1,
-    )
-    context = {"dag": type("Dag", (), {"dag_id": owner(t2).dag_id}), "run_id": owner(t2).run_id}
+    task = close_task(t2, conn, deferrable=False, gate_wait_seconds=1)
     with pytest.raises(SparkSlotsBusyError, match=f"gave up after 1 s: {t2} waits for a Spark slot of '{conn}'"):
-        task.execute(context)
+        task.execute(context_of(t2))
     assert not writer_paused(gate_hook, t2) and gate_hook.audit_trail(t2) == []
 
 
