@@ -11,12 +11,20 @@ dag-processor parses a DAG file at once when the file's own modification time is
 - a DAG paused or unpaused: Airflow registers a health watch's trigger (an asset watcher) only when it parses the
   DAG file, and only for an unpaused DAG, so an unpaused table would go unwatched, and a paused one stay watched.
 
-:class:`TableListDagBundle` is Airflow's ``LocalDagBundle`` (the DAG folder) plus that. At each refresh, every
-``refresh_interval`` seconds, it looks at the table list's modification time and at which DAGs of the folder are
-paused; when the list is newer than a DAG file that reads it, or a DAG of such a file was paused or unpaused, it
-sets the file's modification time to now, and the dag-processor parses it in the next seconds. A refresh that
-finds nothing changed costs one ``stat`` and a summary of each file's DAGs (:class:`FileSummary`: one row per
-file, and the ids of the DAGs in its rarer pause state); a file's DAG rows are read only when its summary changed.
+:class:`TableListDagBundle` is Airflow's ``LocalDagBundle`` (the DAG folder) plus that. Every ``look_interval``
+seconds, in a thread of its own in the dag-processor, it looks at the table list's modification time and at which
+DAGs of the folder are paused; when the list is newer than a DAG file that reads it, or a DAG of such a file was
+paused or unpaused, it sets the file's modification time to now, and the dag-processor parses it in the next
+seconds. A look that finds nothing changed costs one ``stat`` and a summary of each file's DAGs
+(:class:`FileSummary`: one row per file, and the ids of the DAGs in its rarer pause state); a file's DAG rows are
+read only when its summary changed.
+
+The looks are not Airflow's bundle refreshes. After each refresh of a bundle that has no versions, Airflow's
+dag-processor lists the folder and loads every active DAG of the bundle from its database, to deactivate those
+whose file is gone: at 1,000 tables, done every 10 s, that was most of what the fleet setting cost above Airflow
+alone (``docs/performance.md``). So Airflow refreshes the bundle at its own pace (``refresh_interval``, 5 minutes),
+and a DAG file the bundle writes is asked for by a priority parsing request, which makes the dag-processor list the
+folder at once.
 
 When a table list grows past a multiple of ``tables_per_dag_file`` tables, the refresh writes the further compaction
 DAG files it takes (:mod:`.dag_files`), and the tables those files take move to them; when it shrinks below one, the
@@ -33,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -45,6 +54,7 @@ from airflow.sdk import conf
 from airflow_iceberg.exceptions import IcebergConfigError
 from airflow_iceberg.fleet.dag_files import (
     COMPACTION_DAG_FILE,
+    ask_for_parses,
     builds_its_share,
     dag_file_index,
     dag_file_name,
@@ -65,9 +75,13 @@ READER_MARKERS = (
     "airflow_iceberg.table_list.loader",
 )
 
-#: How often the bundle looks at the table list, in seconds: with Airflow's check for due refreshes every 5 s
-#: (``[dag_processor] bundle_refresh_check_interval``), a change is seen within 15 s.
-REFRESH_SECONDS = 10
+#: How often the bundle looks at the table list and at the pauses of the folder's DAGs, in seconds: a change is seen
+#: within this long.
+LOOK_SECONDS = 10
+
+#: How often Airflow refreshes the bundle under the fleet setting (lists the folder's files and loads every DAG of it
+#: to find those whose file is gone), in seconds: Airflow's default for a local bundle.
+REFRESH_SECONDS = 300
 
 #: How often the dag-processor parses an unchanged table list under the fleet setting, in seconds.
 FLEET_PARSE_SECONDS = 3600
@@ -106,7 +120,7 @@ FLEET_SETTINGS = {
             {
                 "name": "dags-folder",
                 "classpath": "airflow_iceberg.fleet.dag_bundle.TableListDagBundle",
-                "kwargs": {"refresh_interval": REFRESH_SECONDS},
+                "kwargs": {"refresh_interval": REFRESH_SECONDS, "look_interval": LOOK_SECONDS},
             }
         ]
     ),
@@ -125,12 +139,18 @@ class TableListDagBundle(LocalDagBundle):
     :param path: The DAG folder (default: ``[core] dags_folder``).
     :param table_list: The table list (default: the one the DAG files read, ``$AIRFLOW_ICEBERG_CONFIG`` or
         ``iceberg_tables.yaml`` in the DAG folder).
-    :param refresh_interval: Seconds between looks (Airflow's bundle refresh).
+    :param look_interval: Seconds between looks, in a thread the first :meth:`refresh` starts; 0: a look at each
+        refresh only.
+    :param refresh_interval: Seconds between Airflow's refreshes of the bundle.
     """
 
-    def __init__(self, *, table_list: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, table_list: str | None = None, look_interval: float = LOOK_SECONDS, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._table_list = Path(table_list) if table_list else None
+        self.look_interval = look_interval
+        self._looking = threading.Lock()  # one look at a time: the thread's, or a refresh's
+        self._looker: threading.Thread | None = None
+        self._stop = threading.Event()
         self._seen: int | None = None  # the table list's mtime (ns) at the last look that acted on it
         self._in_use: set[int] | None = None  # the compaction DAG files that take tables, by the list last read
         self._rows: dict[str, DagRow] | None = None  # this bundle's DAGs at the last look
@@ -144,10 +164,35 @@ class TableListDagBundle(LocalDagBundle):
         return self._table_list or config_path()
 
     def refresh(self) -> None:
+        """Airflow's refresh, every ``refresh_interval``: the first starts the looks' thread; each looks once."""
+        if self.look_interval and self._looker is None:
+            self._looker = threading.Thread(target=self._look_every, name=f"{self.name} looks", daemon=True)
+            self._looker.start()
+        self.look()
+
+    def _look_every(self) -> None:
+        while not self._stop.wait(self.look_interval):
+            try:
+                self.look()
+            except Exception:  # a bug here must not end the looks
+                log.exception("A look of bundle %r failed; looking again in %s s", self.name, self.look_interval)
+
+    def stop_looking(self) -> None:
+        """End the looks' thread (it ends with the dag-processor anyway)."""
+        self._stop.set()
+        if self._looker is not None:
+            self._looker.join(timeout=30)
+
+    def look(self) -> None:
+        """Follow the table list, and the pauses and parses of the folder's DAGs, once (see the module doc)."""
+        with self._looking:
+            self._look()
+
+    def _look(self) -> None:
         now = self.clock()
         timing = ParseTiming(
             parse_timeout=conf.getint("dag_processor", "dag_file_processor_timeout"),
-            refresh=self.refresh_interval,
+            refresh=self.look_interval or self.refresh_interval,
             stale_threshold=conf.getint("dag_processor", "stale_dag_threshold"),
             parsing_processes=conf.getint("dag_processor", "parsing_processes"),
         )
@@ -283,7 +328,21 @@ class TableListDagBundle(LocalDagBundle):
             if written:
                 log.info("The table list takes %d compaction DAG files: wrote %s", files, self._shown(written))
                 taking += [str(p.relative_to(self.path)) for p in written if self._takes_tables(p.name)]
+                self._ask_for_parses([str(p.relative_to(self.path)) for p in written])
         return taking
+
+    def _ask_for_parses(self, files: list[str]) -> None:
+        """Have the dag-processor list the folder and parse ``files``, new, at once, not at its next refresh."""
+        try:
+            ask_for_parses(self.name, files)
+        except Exception as error:  # the metadata database: the next refresh lists them
+            log.warning(
+                "Cannot ask Airflow to parse %s now (%s): the dag-processor finds them at its next refresh of the "
+                "folder, within %s s",
+                ", ".join(files),
+                error,
+                self.refresh_interval,
+            )
 
     def _follow_pauses(self, before: dict[str, DagRow], rows: dict[str, DagRow], now: datetime) -> None:
         """Touch each DAG file that reads the table list and has a DAG paused or unpaused since the last look.

@@ -138,6 +138,21 @@ def surplus_dag_files(folder: Path, files: int) -> list[Path]:
     ]
 
 
+def ask_for_parses(bundle_name: str, files: list[str]) -> None:
+    """Ask Airflow's dag-processor to parse ``files`` (relative to DAG bundle ``bundle_name``'s folder) at once: a
+    priority parsing request in Airflow's metadata database, what the UI's reparse button makes. The dag-processor
+    also lists the bundle's folder again for it, so a new file is parsed within seconds, not at its next listing of
+    the folder (the bundle's ``refresh_interval``). Raises what the database raises."""
+    from airflow.models.dagbag import DagPriorityParsingRequest
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        asked = DagPriorityParsingRequest.bundle_name == bundle_name
+        pending = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc).where(asked)))
+        session.add_all(DagPriorityParsingRequest(bundle_name, file) for file in files if file not in pending)
+
+
 def table_list_problems(folder: Path) -> None:
     """Raise :class:`IcebergConfigError` naming the table list's bad entries, and the compaction DAG files the
     list takes that ``folder`` lacks (when ``folder`` holds ``iceberg_compaction.py``): the check DAG file's

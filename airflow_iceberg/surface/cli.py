@@ -120,9 +120,8 @@ def request_parses(folder: Path, paths: list[Path]) -> str:
     )
     try:
         from airflow.dag_processing.bundles.manager import DagBundlesManager
-        from airflow.models.dagbag import DagPriorityParsingRequest
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
+
+        from airflow_iceberg.fleet.dag_files import ask_for_parses
 
         here = folder.resolve()
         bundle = next(
@@ -132,10 +131,7 @@ def request_parses(folder: Path, paths: list[Path]) -> str:
         if bundle is None:
             return f"{folder} is in none of Airflow's DAG bundles here: {later}"
         files = [str(path.resolve().relative_to(Path(bundle.path).resolve())) for path in paths]
-        with create_session() as session:
-            asked = DagPriorityParsingRequest.bundle_name == bundle.name
-            pending = set(session.scalars(select(DagPriorityParsingRequest.relative_fileloc).where(asked)))
-            session.add_all(DagPriorityParsingRequest(bundle.name, file) for file in files if file not in pending)
+        ask_for_parses(bundle.name, files)
     except Exception as error:  # no metadata database from here: the files are written all the same
         said = str(error).splitlines()[0] if str(error) else ""
         names = ", ".join(path.name for path in paths)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -68,8 +70,12 @@ class Bundle(TableListDagBundle):
     clock: Clock
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**{"look_interval": 0, **kwargs})  # each refresh() looks once, in the test's thread
         self.clock = Clock()
+        self.asked: list[list[str]] = []  # the priority parsing requests it made
+
+    def _ask_for_parses(self, files: list[str]) -> None:
+        self.asked.append(files)
 
     def dag_summaries(self) -> dict[str, dag_bundle.FileSummary]:
         return dag_bundle.summarize(self.rows)
@@ -78,12 +84,25 @@ class Bundle(TableListDagBundle):
         return {dag_id: row for dag_id, row in self.rows.items() if files is None or row.file in files}
 
 
-def _bundle(folder: Path, kind: type[Bundle] = Bundle, refresh_interval: int | None = None, **rows: DagRow) -> Bundle:
+def _bundle(
+    folder: Path,
+    kind: type[Bundle] = Bundle,
+    refresh_interval: int | None = None,
+    look_interval: float = 0,
+    **rows: DagRow,
+) -> Bundle:
     """A ``kind`` of bundle on ``folder`` with the DAG ``rows``, after the dag-processor's first refresh; the table
-    list, written last, dated a minute back first, so that it is not newer than the DAG files."""
+    list, written last, dated a minute back first, so that it is not newer than the DAG files. With a
+    ``look_interval``, the bundle looks in a thread of its own too."""
     _age(folder / "iceberg_tables.yaml", 60 * 10**9)
     interval = {} if refresh_interval is None else {"refresh_interval": refresh_interval}
-    bundle = kind(name="dags-folder", path=str(folder), table_list=str(folder / "iceberg_tables.yaml"), **interval)
+    bundle = kind(
+        name="dags-folder",
+        path=str(folder),
+        table_list=str(folder / "iceberg_tables.yaml"),
+        look_interval=look_interval,
+        **interval,
+    )
     bundle.rows = rows
     bundle.refresh()
     return bundle
@@ -636,6 +655,48 @@ def test_a_database_that_does_not_answer_leaves_the_table_list_followed(folder: 
     assert all(_mtimes(folder)[name] > before[name] for name in DAG_FILES)
 
 
+def test_the_first_refresh_starts_the_looks_in_a_thread_of_their_own_between_airflows_refreshes(folder: Path):
+    """Airflow refreshes the bundle every 5 minutes under the fleet setting (each refresh lists the folder and loads
+    every DAG of it); the looks at the table list run every look_interval meanwhile."""
+    looked = threading.Semaphore(0)
+
+    class Counted(Bundle):
+        def look(self) -> None:
+            super().look()
+            looked.release()
+
+    bundle = _bundle(folder, Counted, look_interval=0.05)
+    try:
+        assert bundle._looker is not None and bundle._looker.is_alive()
+        looker = bundle._looker
+        for _ in range(3):  # the thread's looks, with no refresh asked
+            assert looked.acquire(timeout=30), "the thread did not look"
+        (folder / "iceberg_tables.yaml").write_text("tables: [{table: lake.sales.orders}]\n")
+        before = _mtimes(folder)
+
+        def touched() -> bool:
+            now = _mtimes(folder)
+            return all(now[name] > before[name] for name in DAG_FILES)
+
+        deadline = time.monotonic() + 30
+        while not touched():
+            assert time.monotonic() < deadline, "the thread's looks did not follow the table list"
+            looked.acquire(timeout=1)
+        bundle.refresh()
+        assert bundle._looker is looker, "one thread of looks, whatever the refreshes"
+    finally:
+        bundle.stop_looking()
+    assert not looker.is_alive()
+
+
+def test_a_new_dag_file_is_asked_for_by_a_priority_parsing_request(folder: Path):
+    """Airflow lists the folder at its refreshes only, every 5 minutes: the request makes it list and parse now."""
+    bundle = _grown(folder)
+    assert bundle.asked == []
+    bundle.refresh()
+    assert bundle.asked == [[dag_file_name(1), dag_file_name(2)]]
+
+
 def test_the_fleet_setting_gives_airflow_this_bundle_for_the_dag_folder(monkeypatch):
     for name, value in FLEET_SETTINGS.items():
         monkeypatch.setenv(name, value)
@@ -644,4 +705,5 @@ def test_the_fleet_setting_gives_airflow_this_bundle_for_the_dag_folder(monkeypa
     bundle = DagBundlesManager().get_bundle("dags-folder")  # as the dag-processor loads it
     assert isinstance(bundle, TableListDagBundle)
     assert bundle.refresh_interval == dag_bundle.REFRESH_SECONDS
+    assert bundle.look_interval == dag_bundle.LOOK_SECONDS
     assert conf.getint("dag_processor", "dag_file_processor_timeout") == dag_bundle.PARSE_TIMEOUT_SECONDS
