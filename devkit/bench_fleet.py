@@ -178,18 +178,6 @@ def _runs(airflow: LiveAirflow) -> int:
     return airflow.query("SELECT count(*) FROM dag_run")[0][0]
 
 
-_SWEEP = re.compile(r"Health sweep of '[^']+': (\d+) tables in ([\d.]+) s: ([^\[]*)\[")
-
-
-def sweeps(airflow: LiveAirflow) -> list[tuple[int, float, int]]:
-    """(tables, seconds, metadata files read) of each health sweep the triggerer logged so far."""
-    found = []
-    for match in _SWEEP.finditer((airflow.home / "standalone.log").read_text(errors="replace")):
-        read = re.search(r"(\d+) read metadata", match.group(3))
-        found.append((int(match.group(1)), float(match.group(2)), int(read.group(1)) if read else 0))
-    return found
-
-
 def killed_parses(airflow: LiveAirflow) -> int:
     """How many parses the dag-processor killed at ``[dag_processor] dag_file_processor_timeout`` so far."""
     return (airflow.home / "standalone.log").read_text(errors="replace").count("exceeding the timeout")
@@ -400,7 +388,7 @@ def watch(work: Path, fleet: list[TableName], args: argparse.Namespace, setting:
             watch_cpu=watch_cpu,
             watch_wall=watch_wall,
             watch_runs=watch_runs,
-            sweeps=[s for s in sweeps(air) if s[0] == len(fleet)],
+            sweeps=[s for s in air.sweeps() if s[0] == len(fleet)],
             triggerer_mib=air.memory_by_component().get("triggerer", 0.0),
             longest_parse=air.query("SELECT max(last_parse_duration) FROM dag WHERE NOT is_stale")[0][0] or 0.0,
             killed_parses=0,

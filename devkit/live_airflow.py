@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -42,6 +43,8 @@ DAGS_FOLDER = Path(__file__).resolve().parents[1] / "dags"
 #: Airflow's own idle sleep of the scheduler, over the fleet setting's 5 s: for a live Airflow whose runs should not
 #: wait for it (the test suite's), and for ``make bench-fleet`` to show what the fleet setting's 5 s save.
 AIRFLOWS_OWN_IDLE_SLEEP = {"AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1"}
+#: A health sweep's line in the triggerer's log (``triggers/health_sweep.py``).
+_SWEEP = re.compile(r"Health sweep of '[^']+': (\d+) tables in ([\d.]+) s: ([^\[]*)\[")
 #: The DAG file that builds every table's DAGs, relative to the DAG folder.
 COMPACTION_DAG_FILE = "iceberg_compaction.py"
 AIRFLOW = str(Path(sys.executable).with_name("airflow"))
@@ -456,6 +459,14 @@ class LiveAirflow:
         started."""
         logs = [self.home / name for name in ("standalone.log", "triggerer.log", "scheduler.log")]
         return "".join(log.read_text(errors="replace") for log in logs if log.exists())
+
+    def sweeps(self) -> list[tuple[int, float, int]]:
+        """(tables, seconds, metadata files read) of each health sweep its triggerers logged so far, in order."""
+        found = []
+        for match in _SWEEP.finditer(self.log_text()):
+            read = re.search(r"(\d+) read metadata", match.group(3))
+            found.append((int(match.group(1)), float(match.group(2)), int(read.group(1)) if read else 0))
+        return found
 
     def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
         """The task's log as the UI shows it: one line per structured log event (JSON), errors included."""

@@ -370,6 +370,10 @@ def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler
     live_airflow.wait_for("every table's run finished", lambda: len(finished()) >= BURST, 3 * 3600, every=5)
     took = time.monotonic() - began
     queue.stop()
+    # The health watch's sweeps of the burst's tables (the first triggerer's, then its successor's): each asks the
+    # gate database one question for every table that needs work.
+    swept = sorted(seconds for tables_swept, seconds, _ in live_airflow.sweeps() if tables_swept >= BURST)
+    assert swept, "no health sweep of the burst's tables in the triggerers' logs"
 
     hook = WriteGateHook("write_gate_default")
     audit = [{**row, "table_name": str(t)} for t in tables for row in hook.audit_trail(t)]
@@ -390,7 +394,8 @@ def test_a_burst_of_tables_needing_work_at_once_with_the_triggerer_and_scheduler
         f"{sorted({s for r in per_table.values() for s in r})}; at most {most} paused at once; "
         f"small files of the first 20 tables admitted: {[appends[n] for _, n in closes[:20]]}; the last admitted "
         f"({last}) waited {waits.get(last, 0):.0f} s, the longest wait {max(waits.values()):.0f} s; each table "
-        f"paused {pauses[len(pauses) // 2]:.0f} s (median), {pauses[-1]:.0f} s at most"
+        f"paused {pauses[len(pauses) // 2]:.0f} s (median), {pauses[-1]:.0f} s at most; {len(swept)} sweeps of the "
+        f"{BURST} tables took {swept[len(swept) // 2]:.1f} s (median), {swept[-1]:.1f} s at most"
     )
     assert per_table == {str(t): ["success"] for t in tables}  # one run each: no duplicate, none forgotten
     assert most <= BURST_SLOTS
