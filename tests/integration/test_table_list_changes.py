@@ -175,8 +175,8 @@ def _parses_of_files(live_airflow) -> dict[str, tuple[datetime, datetime]]:
 
 class DagTableWatch(threading.Thread):
     """Airflow's DAG table, read every quarter second for as long as it runs: each compaction DAG's file and whether
-    Airflow holds it stale. Any DAG of ``watched`` ever seen stale, or gone, is kept with when; and when each DAG was
-    first seen in each file."""
+    Airflow holds it stale. Any DAG of ``watched`` ever seen stale, or gone, is kept with when; and each move of a DAG
+    to another file, with when it was first seen there."""
 
     EVERY = 0.25
 
@@ -184,18 +184,20 @@ class DagTableWatch(threading.Thread):
         super().__init__(daemon=True)
         self.live_airflow, self.watched = live_airflow, frozenset(watched)
         self.inactive: dict[str, float] = {}  # dag_id -> when first seen stale or gone
-        self.seen_in: dict[tuple[str, str], float] = {}  # (dag_id, file) -> when first seen active there
+        self.moves: list[tuple[float, str, str]] = []  # (when, dag_id, the file it was first seen active in)
         self.looks, self.error = 0, None
         self._done = threading.Event()
 
     def run(self) -> None:
+        files_of: dict[str, str] = {}
         try:
             while not self._done.is_set():
                 now, files = time.monotonic(), _files_of_dags(self.live_airflow)
                 self.looks += 1
                 for dag_id, (fileloc, stale) in files.items():
-                    if not stale:
-                        self.seen_in.setdefault((dag_id, fileloc), now)
+                    if not stale and files_of.get(dag_id) != fileloc:
+                        files_of[dag_id] = fileloc
+                        self.moves.append((now, dag_id, fileloc))
                 for dag_id in self.watched:
                     if files.get(dag_id, ("", True))[1]:
                         self.inactive.setdefault(dag_id, now)
@@ -203,12 +205,12 @@ class DagTableWatch(threading.Thread):
         except Exception as error:  # said by stop(): a watch that stopped looking must not pass for a clean one
             self.error = error
 
-    def first_in(self, dag_ids: set[str], fileloc: str, since: float) -> float | None:
-        """When the last of ``dag_ids`` was first seen active in ``fileloc`` since ``since``, in seconds after it."""
-        seen = [self.seen_in.get((dag_id, fileloc)) for dag_id in dag_ids]
-        if any(at is None or at < since for at in seen):
-            return None
-        return max(seen) - since  # type: ignore[type-var]
+    def moved_in(self, dag_ids: set[str], fileloc: str, since: float) -> float:
+        """How long after ``since`` the last of ``dag_ids`` was first seen active in ``fileloc``."""
+        arrived = {dag_id: at for at, dag_id, file in reversed(self.moves) if file == fileloc and at >= since}
+        missing = dag_ids - arrived.keys()
+        assert not missing, f"{len(missing)} DAGs never seen moving to {fileloc}, e.g. {sorted(missing)[:3]}"
+        return max(arrived[dag_id] for dag_id in dag_ids) - since
 
     def stop(self) -> None:
         self._done.set()
@@ -282,7 +284,7 @@ def test_a_list_grown_past_a_files_worth_and_shrunk_back_keeps_every_listed_tabl
         parses = _parses_of_files(live_airflow)
         new_parsed, home_parsed_at = parses[new_file.name][1], parses[home][0]
         print(
-            f"grown: the moved tables in {new_file.name} {watch.first_in(moved, new_file.name, grown):.1f} s after the "
+            f"grown: the moved tables in {new_file.name} {watch.moved_in(moved, new_file.name, grown):.1f} s after the "
             f"write; {new_file.name} stored {new_parsed - grown_at}, {home} {home_parsed_at - grown_at} after it"
         )
         assert new_parsed <= home_parsed_at, f"{home} was parsed before {new_file.name} stored the DAGs moving there"
@@ -314,7 +316,7 @@ def test_a_list_grown_past_a_files_worth_and_shrunk_back_keeps_every_listed_tabl
         )
         left_touched = datetime.fromtimestamp(new_file.stat().st_mtime, timezone.utc)
         print(
-            f"shrunk: {len(moving)} tables back in {home} {watch.first_in(moved, home, shrunk):.1f} s after the "
+            f"shrunk: {len(moving)} tables back in {home} {watch.moved_in(moved, home, shrunk):.1f} s after the "
             f"write, the removed table's DAGs gone {time.monotonic() - shrunk:.1f} s after it; {home} stored them at "
             f"{stored_home}, {new_file.name} touched at {left_touched}"
         )
