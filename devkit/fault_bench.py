@@ -397,7 +397,6 @@ class FaultBench:
             prepare(dag)
         return dag.test()
 
-    @contextmanager
     def run_here_beside(self, fault: Callable[[], None]) -> tuple[Any, int]:
         """The table's compaction DAG run here (:meth:`run_here`) while ``fault`` runs in a thread beside it: the
         run, and how many tries its rewrite took."""
@@ -407,6 +406,7 @@ class FaultBench:
         injector.join(60)
         return run, run.get_task_instance(REWRITE_TASK_ID).try_number
 
+    @contextmanager
     def run_elsewhere(self, dag_id: str | None = None) -> Iterator[subprocess.Popen]:
         """``airflow dags test`` of the DAG in a process (and process group) of its own; ended when the block ends."""
         name = dag_id or compaction_dag_id(TABLE)
