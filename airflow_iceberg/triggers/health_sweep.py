@@ -23,7 +23,8 @@ gate database that cannot be reached makes the sweep log, record and wait for th
 into the triggerer. What a sweep remembers is only a cache: after a triggerer restart the first sweep reads every
 table's metadata again, and the hold-back rules above read the gate database's run records and the watch's recorded
 checks (when it last started a run for each table), so a restart neither forgets a table that needs work nor
-starts a second run for one.
+starts a second run for one. A recorded start with no run to show for it is confirmed with Airflow once: the
+triggerer may have been stopped before it handed that start's event on, and then the table asks again.
 
 A run queued in Airflow whose first task has not begun (a manual or scheduled run, on a busy scheduler) has no
 record yet: the watch may ask for one more. The DAGs run one run at a time, so that run waits for the first, plans
@@ -142,6 +143,9 @@ class CatalogSweep:
         self.trouble: dict[str, str] = {}
         # The tables whose last start by the watch, as recorded before this triggerer started, is in their memory.
         self.remembered: set[str] = set()
+        # Of those, the ones whose remembered start has no run to show for it yet, until Airflow has said whether one
+        # is queued or running: the triggerer may have been stopped before it handed that start's event on.
+        self.unconfirmed: set[str] = set()
         self.log = logging.getLogger(__name__)
         self._catalog: Any = None
 
@@ -344,6 +348,7 @@ class CatalogSweep:
                 check.decision = HealthDecision.WAITING
                 check.reason = f"{check.reason}; the gate database is unreachable: {_say(error)}"
             return
+        await self._confirm_remembered([t for t in tables if t in self.unconfirmed], watchers)
         starting: list[Check] = []
         for check in due:
             watcher, memory = watchers[check.table], self.memory[check.table]
@@ -421,6 +426,34 @@ class CatalogSweep:
             memory.started_wall = asked
             memory.started_at = monotonic_now - max(0.0, (now - asked).total_seconds())
             memory.run_seen = _began_since(runs.get(table), asked)
+            if not memory.run_seen:
+                self.unconfirmed.add(table)
+
+    async def _confirm_remembered(self, tables: list[str], watchers: Mapping[str, Watcher]) -> None:
+        """Ask Airflow, once, about each remembered start that has no run to show for it: a triggerer stopped
+        between recording a ``started`` check and handing its event on loses the event, and holding the table back
+        for :data:`RUN_APPEAR_SECONDS` would leave it without a run for half an hour. With no run of its DAG queued or
+        running, the start is forgotten and the table asks again: an event the scheduler already holds but has not
+        turned into a run merges with the new one (one queued run per asset and DAG), so it stays one run."""
+        for table in tables:
+            memory = self.memory[table]
+            if memory.run_seen or memory.started_at is None:
+                self.unconfirmed.discard(table)
+                continue
+            try:
+                pending = await _pending_runs(watchers[table].dag_id)
+            except Exception as error:  # ask again at the next sweep; the remembered start holds meanwhile
+                self.log.warning("Cannot tell whether a run of %s is pending: %s", watchers[table].dag_id, _say(error))
+                continue
+            self.unconfirmed.discard(table)
+            if pending:
+                continue
+            self.log.info(
+                "The run the watch asked for %s at %s, before this triggerer started, is not in Airflow: asking again",
+                table,
+                memory.started_wall.isoformat() if memory.started_wall else "?",
+            )
+            memory.started_at, memory.started_wall, memory.run_seen = None, None, True
 
     def _records(self) -> RunRecords:
         """The run records and health checks of the gate connection."""

@@ -159,15 +159,23 @@ def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in
     assert decide().decision == "started"
 
 
-def test_after_a_restart_the_watchs_recorded_start_holds_the_table_until_its_run_appears(monkeypatch):
-    """The triggerer was killed after the watch asked for a run the scheduler had not created: the new triggerer's
-    first sweep finds the table needing work, no run under way, and its cool-down over."""
+def restarted_sweep(monkeypatch, pending: int):
+    """A new triggerer's sweep: the one before it recorded a ``started`` check for ``lake.db.t`` 120 s ago, and the
+    table's last run record is from hours before; ``pending`` runs of its DAG are queued or running in Airflow.
+    Returns (decide, runs, now, asked_airflow)."""
     import asyncio
     from datetime import timedelta
 
     from airflow_iceberg.triggers.health_sweep import Check, TableMemory
 
-    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
+    sweep, runs, now = held_back_sweep(monkeypatch, {"count": pending})
+    asked_airflow = []
+
+    async def pending_runs(dag_id):
+        asked_airflow.append(dag_id)
+        return pending
+
+    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
     asked = datetime.now(timezone.utc) - timedelta(seconds=120)
     runs.checks["lake.db.t"] = {"started_at": asked}
     runs.last["lake.db.t"] = {  # its previous run, long before
@@ -185,15 +193,39 @@ def test_after_a_restart_the_watchs_recorded_start_holds_the_table_until_its_run
         asyncio.run(sweep.hold_back([check], {"lake.db.t": trigger(cooldown_minutes=1)}))
         return check
 
+    return decide, runs, now, asked, asked_airflow
+
+
+def test_after_a_restart_a_recorded_start_whose_run_is_queued_holds_the_table_until_its_run_appears(monkeypatch):
+    """The triggerer was killed after the watch asked for a run that the scheduler has queued and not begun: the
+    new triggerer's first sweep finds the table needing work, no run record since, and its cool-down over."""
+    from datetime import timedelta
+
+    decide, runs, now, asked, asked_airflow = restarted_sweep(monkeypatch, pending=1)
     check = decide()
     assert check.decision == "waiting" and "the run the watch asked for 120 s ago has not been created yet" in (
         check.reason
     )
+    assert decide().decision == "waiting"
+    assert asked_airflow == ["iceberg_compact__lake__db__t"], "Airflow is asked once, not at every sweep"
     runs.last["lake.db.t"] = {**under_way(5.0, alive=True), "started_at": asked + timedelta(seconds=100)}
     assert decide().decision == "waiting"  # it appeared, and is under way
     runs.last["lake.db.t"] = {**runs.last["lake.db.t"], "finished_at": datetime.now(timezone.utc), "seconds_ago": 61}
     now["t"] += 600
     assert decide().decision == "started"  # it ended a cool-down ago, and the table needs work again
+    assert len(asked_airflow) == 1
+
+
+def test_after_a_restart_a_recorded_start_with_no_run_in_airflow_asks_again_at_once(monkeypatch):
+    """The triggerer was killed between recording a ``started`` check and handing its event on (seen in make test):
+    the event was lost, and holding the table back until a run appeared kept it without one for half an hour."""
+    decide, runs, now, asked, asked_airflow = restarted_sweep(monkeypatch, pending=0)
+    assert decide().decision == "started"
+    assert asked_airflow == ["iceberg_compact__lake__db__t"]
+    now["t"] += 61  # its own start now holds it until its run appears, without asking Airflow again
+    check = decide()
+    assert check.decision == "waiting" and "has not been created yet" in check.reason, check.reason
+    assert len(asked_airflow) == 1
 
 
 def test_a_run_that_never_appears_holds_the_table_back_no_longer_than_run_appear_seconds(monkeypatch):
