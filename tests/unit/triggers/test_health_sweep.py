@@ -46,13 +46,17 @@ def under_way(seconds_ago: float, alive: bool, dag_id: str = "iceberg_compact__l
 
 def held_back_sweep(monkeypatch, pending: dict):
     """A sweep of catalog ``lake`` on a clock the test moves (``now["t"]``), with ``pending["count"]`` runs of each
-    DAG queued or running and the run records a test sets (``runs.last``); returns (sweep, runs, now)."""
+    DAG queued or running (each DAG Airflow is asked about is appended to ``pending["asked"]``) and the run records a
+    test sets (``runs.last``); returns (sweep, runs, now)."""
     import time as clock
 
     from airflow_iceberg.triggers import health_sweep
     from airflow_iceberg.triggers.health_sweep import CatalogSweep
 
+    pending.setdefault("asked", [])
+
     async def pending_runs(dag_id):
+        pending["asked"].append(dag_id)
         return pending["count"]
 
     monkeypatch.setattr(health_sweep, "_pending_runs", pending_runs)
@@ -106,14 +110,8 @@ def test_every_table_due_is_held_back_by_one_question_to_the_gate_database_and_n
 
     from airflow_iceberg.triggers.health_sweep import Check, TableMemory
 
-    asked_airflow = []
-
-    async def pending_runs(dag_id):
-        asked_airflow.append(dag_id)
-        return 0
-
-    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
-    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
+    pending = {"count": 0}
+    sweep, runs, now = held_back_sweep(monkeypatch, pending)
     tables = [f"lake.db.t{n}" for n in range(200)]
     for n, table in enumerate(tables):
         sweep.memory[table] = TableMemory(location=f"s3://{table}", facts=None)
@@ -122,7 +120,7 @@ def test_every_table_due_is_held_back_by_one_question_to_the_gate_database_and_n
     checks = [Check(table, "needs_work", "needs work") for table in tables]
     asyncio.run(sweep.hold_back(checks, {table: trigger(table=table, cooldown_minutes=1) for table in tables}))
     assert [c.decision for c in checks] == ["started", "waiting"] * 100
-    assert (runs.asked, asked_airflow) == (1, [])
+    assert (runs.asked, pending["asked"]) == (1, [])
 
 
 def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in_airflow(monkeypatch):
@@ -132,14 +130,8 @@ def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in
     from airflow_iceberg.triggers.health_sweep import QUIET_RUN_SECONDS, Check, TableMemory
 
     pending = {"count": 1}
-    asked_airflow = []
-
-    async def pending_runs(dag_id):
-        asked_airflow.append(dag_id)
-        return pending["count"]
-
     sweep, runs, now = held_back_sweep(monkeypatch, pending)
-    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
+    asked_airflow = pending["asked"]
     sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
 
     def decide() -> Check:
@@ -162,20 +154,15 @@ def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in
 def restarted_sweep(monkeypatch, pending: int):
     """A new triggerer's sweep: the one before it recorded a ``started`` check for ``lake.db.t`` 120 s ago, and the
     table's last run record is from hours before; ``pending`` runs of its DAG are queued or running in Airflow.
-    Returns (decide, runs, now, asked_airflow)."""
+    Returns (decide, runs, now, asked, asked_airflow): ``asked`` when that start was recorded, ``asked_airflow``
+    the DAGs Airflow was asked about."""
     import asyncio
     from datetime import timedelta
 
     from airflow_iceberg.triggers.health_sweep import Check, TableMemory
 
-    sweep, runs, now = held_back_sweep(monkeypatch, {"count": pending})
-    asked_airflow = []
-
-    async def pending_runs(dag_id):
-        asked_airflow.append(dag_id)
-        return pending
-
-    monkeypatch.setattr("airflow_iceberg.triggers.health_sweep._pending_runs", pending_runs)
+    airflow = {"count": pending}
+    sweep, runs, now = held_back_sweep(monkeypatch, airflow)
     asked = datetime.now(timezone.utc) - timedelta(seconds=120)
     runs.checks["lake.db.t"] = {"started_at": asked}
     runs.last["lake.db.t"] = {  # its previous run, long before
@@ -193,7 +180,7 @@ def restarted_sweep(monkeypatch, pending: int):
         asyncio.run(sweep.hold_back([check], {"lake.db.t": trigger(cooldown_minutes=1)}))
         return check
 
-    return decide, runs, now, asked, asked_airflow
+    return decide, runs, now, asked, airflow["asked"]
 
 
 def test_after_a_restart_a_recorded_start_whose_run_is_queued_holds_the_table_until_its_run_appears(monkeypatch):
