@@ -37,6 +37,7 @@ from airflow_iceberg.core.gate_protocol import (
     WRITER_DONE_SQL,
     WRITER_LEAVE_SQL,
     WRITER_REGISTER_SQL,
+    mysql_connect,
     raise_if_denied,
 )
 from airflow_iceberg.core.tables import shown
@@ -211,10 +212,9 @@ class WriteGateClient:
         **kwargs: Any,
     ) -> WriteGateClient:
         """A client whose connections go to the gate database ``database`` on ``host``."""
-        import pymysql
 
         def new_connection() -> Any:
-            return pymysql.connect(
+            return mysql_connect(
                 host=host,
                 port=port,
                 user=user,
