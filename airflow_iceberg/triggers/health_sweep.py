@@ -18,13 +18,14 @@ A sweep, for every watched table:
 - writes what it decided for each table to the gate database (``iceberg_health_check``), for the Iceberg tables
   page and ``airflow-iceberg report``.
 
-Catalog and database calls are synchronous and run in a thread, off the triggerer's event loop. A catalog or a
-gate database that cannot be reached makes the sweep log, record and wait for the next interval; it never raises
-into the triggerer. What a sweep remembers is only a cache: after a triggerer restart the first sweep reads every
-table's metadata again, and the hold-back rules above read the gate database's run records and the watch's recorded
-checks (when it last started a run for each table), so a restart neither forgets a table that needs work nor
-starts a second run for one. A recorded start with no run to show for it is confirmed with Airflow once: the
-triggerer may have been stopped before it handed that start's event on, and then the table asks again.
+Catalog and database calls are synchronous and run in the sweep's own thread, off the triggerer's event loop and out of
+the thread pool its other triggers share. A catalog or a gate database that cannot be reached makes the sweep log,
+record and wait for the next interval; it never raises into the triggerer. What a sweep remembers is only a cache: after
+a triggerer restart the first sweep reads every table's metadata again, and the hold-back rules above read the gate
+database's run records and the watch's recorded checks (when it last started a run for each table), so a restart neither
+forgets a table that needs work nor starts a second run for one. A recorded start with no run to show for it is
+confirmed with Airflow once: the triggerer may have been stopped before it handed that start's event on, and then the
+table asks again.
 
 A run queued in Airflow whose first task has not begun (a manual or scheduled run, on a busy scheduler) has no
 record yet: the watch may ask for one more. The DAGs run one run at a time, so that run waits for the first, plans
@@ -34,12 +35,15 @@ from the table's health then, and ends at once when nothing needs work.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import json
 import time
-from collections.abc import AsyncIterator, Hashable, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from airflow_iceberg.core.tables import TableName
 from airflow_iceberg.hooks import metrics
@@ -69,6 +73,8 @@ CLOCK_SKEW_SECONDS = 5.0
 #: The watchers subscribed to each shared stream, by table: the sweep checks each with its own settings. Filled and
 #: emptied by ``TableHealthTrigger.filter_shared_stream``, in the triggerer's one event loop.
 WATCHERS: dict[Hashable, dict[str, Watcher]] = {}
+
+T = TypeVar("T")
 
 
 class Watcher(Protocol):
@@ -148,6 +154,9 @@ class CatalogSweep:
         self.unconfirmed: set[str] = set()
         self.log = logging.getLogger(__name__)
         self._catalog: Any = None
+        # The sweep's own thread: in the triggerer's shared default pool its reads would queue behind every waiting
+        # run's look at its gate (CloseGateTrigger), which in a burst are hundreds each poke interval.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="health-sweep")
 
     async def stream(self) -> AsyncIterator[dict[str, Any]]:
         """Sweep every ``poll_interval`` seconds, forever; yield each sweep's ``{"swept_at", "started"}``."""
@@ -163,13 +172,13 @@ class CatalogSweep:
 
     async def sweep(self, watchers: list[Watcher]) -> dict[str, Any]:
         began = time.monotonic()
-        checks = await asyncio.to_thread(self.check_all, watchers)
+        checks = await self._in_thread(self.check_all, watchers)
         by_table = {w.table: w for w in watchers}
         due = [c for c in checks if c.decision == HealthDecision.NEEDS_WORK]
         if due:
             await self.hold_back(due, by_table)
         try:
-            await asyncio.to_thread(self._records().record_health_checks, [c.row() for c in checks])
+            await self._in_thread(self._records().record_health_checks, [c.row() for c in checks])
         except Exception as error:
             self.log.warning("Could not record the health checks in %r: %s", self.write_gate_conn_id, _say(error))
         counts: dict[str, int] = {}
@@ -199,6 +208,11 @@ class CatalogSweep:
             if c.decision == HealthDecision.STARTED
         }
         return {"swept_at": now, "started": started}
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` in the sweep's own thread, off the event loop."""
+        run = functools.partial(contextvars.copy_context().run, call, *args)  # as asyncio.to_thread does
+        return await asyncio.get_running_loop().run_in_executor(self._thread, run)
 
     # --- reading the catalog (in a thread) ---------------------------------------------------------------------
 
@@ -339,10 +353,10 @@ class CatalogSweep:
         run may have died without completing it)."""
         tables = [c.table for c in due]
         try:
-            runs = await asyncio.to_thread(self._records().last_runs, tables)
+            runs = await self._in_thread(self._records().last_runs, tables)
             unasked = [t for t in tables if t not in self.remembered]
             if unasked:  # the first time a table is due here: what the watch asked for before, from its checks
-                self._remember_starts(await asyncio.to_thread(self._records().health_checks), unasked, runs)
+                self._remember_starts(await self._in_thread(self._records().health_checks), unasked, runs)
         except Exception as error:
             for check in due:
                 check.decision = HealthDecision.WAITING
@@ -394,7 +408,7 @@ class CatalogSweep:
         # cool-down ago by now, has made its table's check stale. Only a table still as the check read it starts.
         relist_error: str | None = None
         try:
-            now_at, _ = await asyncio.to_thread(self.list_locations, [TableName.parse(c.table) for c in starting])
+            now_at, _ = await self._in_thread(self.list_locations, [TableName.parse(c.table) for c in starting])
         except Exception as error:
             now_at, relist_error = {}, _say(error)
         for check in starting:

@@ -123,6 +123,34 @@ def test_every_table_due_is_held_back_by_one_question_to_the_gate_database_and_n
     assert (runs.asked, pending["asked"]) == (1, [])
 
 
+def test_the_sweep_reads_in_its_own_thread_while_the_triggerers_shared_pool_is_busy(monkeypatch):
+    """In the 200-table burst the sweep's reads waited in the triggerer's shared thread pool behind the looks of the
+    runs waiting for their gates (py-spy): a sweep must not need a thread of that pool."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_iceberg.triggers.health_sweep import Check, TableMemory
+
+    sweep, runs, now = held_back_sweep(monkeypatch, {"count": 0})
+    sweep.memory["lake.db.t"] = TableMemory(location="s3://t", facts=None)
+    check = Check("lake.db.t", "needs_work", "needs work")
+    looks_may_end = threading.Event()
+
+    async def main() -> list[bool]:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=2))
+        # Every thread of the shared pool taken by a look that ends when the sweep is done, or after 10 s.
+        looks = asyncio.gather(*(asyncio.to_thread(looks_may_end.wait, 10) for _ in range(2)))
+        await asyncio.sleep(0)
+        await sweep.hold_back([check], {"lake.db.t": trigger()})
+        looks_may_end.set()
+        return await looks
+
+    ended_by_the_sweep = asyncio.run(main())
+    assert ended_by_the_sweep == [True, True], "the sweep waited for the shared pool's looks to time out"
+    assert check.decision == "started" and runs.asked == 1
+
+
 def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in_airflow(monkeypatch):
     """Its run may have died without completing its record (marked failed by hand, say): only Airflow can tell."""
     import asyncio
