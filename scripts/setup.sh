@@ -56,10 +56,12 @@ if [[ ! -x "$uv" ]]; then
     "$venvs/tools/bin/pip" install -q 'uv==0.13.8'
 fi
 
+installed=""  # set when this run installed into an environment: uv's cache is pruned after the stacks' ones
 if ! stamp_ok airflow-venv pyproject.toml; then
     step "Airflow environment ($venvs/airflow)"
     [[ -x "$venvs/airflow/bin/python" ]] || "$uv" venv -q -p python3.11 "$venvs/airflow"
     VIRTUAL_ENV="$venvs/airflow" "$uv" pip install -q -e ".[test]"
+    installed=1
     stamp_write airflow-venv pyproject.toml
 fi
 
@@ -96,6 +98,7 @@ setup_stack() {  # setup_stack NAME: .venv/spark-NAME, build/stacks/NAME/jars an
         step "stack $name: Spark environment, $pyspark ($venv)"
         [[ -x "$venv/bin/python" ]] || "$uv" venv -q -p python3.11 "$venv"
         VIRTUAL_ENV="$venv" "$uv" pip install -q -r requirements/spark.txt "$pyspark"
+        installed=1
         stamp_write "spark-venv-$name" requirements/spark.txt <(echo "$pyspark")
     fi
 
@@ -130,6 +133,13 @@ stack flink-profiles >/dev/null  # flink/pom.xml's profiles are the matrix's, or
 for name in "${stacks[@]}"; do
     setup_stack "$name"
 done
+# PySpark comes as a source distribution only, and the registry answers uv's revalidation with the archive again,
+# so uv builds and caches a new wheel of each PySpark at every fresh set-up (1.3 GB each): 54 GB after a day of
+# fresh clones filled this machine's disk. Pruning drops every revision no longer pointed to, in seconds.
+if [[ -n "$installed" ]]; then
+    step "uv cache prune (revisions nothing points to any more)"
+    "$uv" cache prune -q
+fi
 
 # --- The tests' servers, from Maven Central: Kafka (KRaft), a REST catalog, a Hive Metastore, YARN and HDFS -----
 if [[ -z "${AIRFLOW_ICEBERG_SKIP_FLINK:-}" ]]; then
