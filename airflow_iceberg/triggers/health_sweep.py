@@ -159,16 +159,20 @@ class CatalogSweep:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="health-sweep")
 
     async def stream(self) -> AsyncIterator[dict[str, Any]]:
-        """Sweep every ``poll_interval`` seconds, forever; yield each sweep's ``{"swept_at", "started"}``."""
-        while True:
-            began = time.monotonic()
-            watchers = list(WATCHERS.get(self.key, {}).values())
-            if watchers:
-                try:
-                    yield await self.sweep(watchers)
-                except Exception:  # a bug here must not end every watcher of the catalog: log, sweep again later
-                    self.log.exception("Health sweep of Iceberg connection %r failed", self.iceberg_conn_id)
-            await asyncio.sleep(max(1.0, self.poll_interval - (time.monotonic() - began)))
+        """Sweep every ``poll_interval`` seconds, forever; yield each sweep's ``{"swept_at", "started"}``. The sweep's
+        thread ends with the stream (its last watcher gone), once a read under way there has returned."""
+        try:
+            while True:
+                began = time.monotonic()
+                watchers = list(WATCHERS.get(self.key, {}).values())
+                if watchers:
+                    try:
+                        yield await self.sweep(watchers)
+                    except Exception:  # a bug here must not end every watcher of the catalog: log, sweep again later
+                        self.log.exception("Health sweep of Iceberg connection %r failed", self.iceberg_conn_id)
+                await asyncio.sleep(max(1.0, self.poll_interval - (time.monotonic() - began)))
+        finally:
+            self._thread.shutdown(wait=False)
 
     async def sweep(self, watchers: list[Watcher]) -> dict[str, Any]:
         began = time.monotonic()

@@ -151,6 +151,30 @@ def test_the_sweep_reads_in_its_own_thread_while_the_triggerers_shared_pool_is_b
     assert check.decision == "started" and runs.asked == 1
 
 
+def test_the_sweeps_thread_ends_when_its_stream_is_closed():
+    """The triggerer closes a shared stream when its last watcher goes: the sweep's own thread goes with it."""
+    import asyncio
+    import threading
+
+    from airflow_iceberg.triggers.health_sweep import CatalogSweep
+
+    sweep = CatalogSweep("lake-of-no-watchers", "write_gate_default", 60)
+
+    async def main() -> threading.Thread:
+        thread = await sweep._in_thread(threading.current_thread)
+        stream = sweep.stream()
+        waiting = asyncio.ensure_future(anext(stream))  # no watchers: it waits for the next interval
+        await asyncio.sleep(0)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        await stream.aclose()
+        return thread
+
+    thread = asyncio.run(main())
+    thread.join(timeout=30)
+    assert thread.name.startswith("health-sweep") and not thread.is_alive()
+
+
 def test_a_run_whose_record_never_ended_and_that_shows_no_life_is_asked_about_in_airflow(monkeypatch):
     """Its run may have died without completing its record (marked failed by hand, say): only Airflow can tell."""
     import asyncio
