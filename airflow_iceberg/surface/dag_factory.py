@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, chain, conf, get_parsing_context
+from airflow.sdk import DAG, AssetOrTimeSchedule, BaseOperator, WeightRule, chain, conf, get_parsing_context
 
 from airflow_iceberg.core.procedures import REWRITE_PROCEDURES
 from airflow_iceberg.core.tables import TableName
@@ -75,6 +75,17 @@ RETRIES: dict[str, dict[str, Any]] = {
     "maintenance": {"retries": 2, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": 2.0},
 }
 
+
+#: Which tasks Airflow starts first when workers are short (``[core] parallelism``, a pool's slots): those from
+#: closing a gate to opening it (``close_gate`` resumes after its trigger has closed the gate) before any other
+#: task of ours, and before a task of weight under 100 of any DAG. A writer paused behind a closed gate then waits
+#: for Spark, not for a worker. Weights are absolute: under Airflow's default rule (*downstream*) a run's first task
+#: weighs most, so in a burst of 200 runs on 4 workers one table's writers stayed paused 402 s while its rewrite
+#: queued behind the other runs' plans (docs/operations.md, the burst).
+PRIORITY: dict[str, dict[str, Any]] = {
+    "gate held": {"priority_weight": 100, "weight_rule": WeightRule.ABSOLUTE},
+    "gate open": {"priority_weight": 1, "weight_rule": WeightRule.ABSOLUTE},
+}
 
 #: How long close_gate waits for the run's pre-started Spark application to be up and ready before it gives up, with
 #: the gate never closed: a YARN or Kubernetes application may wait minutes for its containers on a busy cluster.
@@ -167,6 +178,7 @@ def _gated_rewrites(
         iceberg_runtime=config.spark.iceberg_runtime(),
         doc_md=docs.plan_compaction(config, full),
         **RETRIES["check"],
+        **PRIORITY["gate open"],
     )
     close_gate = CloseWriteGateOperator(
         task_id="close_gate",
@@ -185,6 +197,7 @@ def _gated_rewrites(
         deferrable=config.deferrable or config.spark_slots is not None,
         doc_md=docs.close_gate(config),
         **RETRIES["gate"],
+        **PRIORITY["gate held"],
     )
     wait = SnapshotIdleSensor(
         task_id="wait_until_snapshot_idle",
@@ -199,6 +212,7 @@ def _gated_rewrites(
         prestarted_work=prestart,
         doc_md=docs.wait_until_snapshot_idle(config),
         **RETRIES["gate"],
+        **PRIORITY["gate held"],
     )
     rewrite = IcebergRewriteOperator(
         task_id=REWRITE_TASK_ID,
@@ -214,6 +228,7 @@ def _gated_rewrites(
         execution_timeout=timedelta(seconds=config.max_pause_seconds + (wait_for_go if prestart else 0)),
         doc_md=docs.rewrite_files(config, full),
         **RETRIES["rewrite"],
+        **PRIORITY["gate held"],
         **_spark_args(config),
     )
     open_gate = OpenWriteGateOperator(
@@ -223,6 +238,7 @@ def _gated_rewrites(
         prestarted_work=prestart,
         doc_md=docs.open_gate(config),
         **RETRIES["open"],
+        **PRIORITY["gate held"],
     )
     record = RecordRunOperator(
         task_id="record_run",
@@ -233,6 +249,7 @@ def _gated_rewrites(
         rewrite_task_id=rewrite.task_id,
         doc_md=docs.record_run(config),
         **RETRIES["check"],
+        **PRIORITY["gate open"],
     )
     _add(dag, [plan, close_gate, wait, rewrite, open_gate, record])
     if prestart:
@@ -353,6 +370,7 @@ def _maintenance_tasks(config: TableConfig) -> list[IcebergProcedureOperator]:
         "table": config.table,
         "iceberg_conn_id": config.catalog_conn_id,
         **RETRIES["maintenance"],
+        **PRIORITY["gate open"],
         **_spark_args(config),
     }
     tasks: list[IcebergProcedureOperator] = []

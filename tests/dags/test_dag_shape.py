@@ -272,6 +272,34 @@ def test_every_task_retries_and_open_gate_retries_most_and_soonest():
         assert open_gate.retry_delay <= min(t.retry_delay for t in others)
 
 
+GATE_HELD = {"close_gate", "wait_until_snapshot_idle", "rewrite_files", "open_gate"}
+
+
+@pytest.mark.parametrize("settings", [{}, {"spark_slots": 4}, {"prestart_spark": True}])
+def test_the_tasks_that_hold_a_gate_go_first_when_workers_are_short_before_any_runs_plan(settings):
+    """The weight the scheduler queues by: Airflow's own strategy on the DAG as the scheduler stores it."""
+    from types import SimpleNamespace
+
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.task.priority_strategy import validate_and_load_priority_weight_strategy
+
+    config = TableConfig.model_validate({"table": "lake.db.events", **settings})  # maintenance on, by default
+    for built in (build_compaction_dag(config), build_full_rewrite_dag(config)):
+        dag = DagSerialization.from_dict(DagSerialization.to_dict(built))
+        weight = {
+            task.task_id: validate_and_load_priority_weight_strategy(task.weight_rule).get_weight(
+                SimpleNamespace(task=task)
+            )
+            for task in dag.tasks
+        }
+        held = {t: w for t, w in weight.items() if t in GATE_HELD}
+        rest = {t: w for t, w in weight.items() if t not in GATE_HELD}
+        assert set(held) == GATE_HELD and "plan_compaction" in rest, weight
+        # Under Airflow's default rule the plan, first of a run, would weigh most of all.
+        assert min(held.values()) > max(rest.values()), weight
+        assert min(held.values()) >= 100, weight  # before the tasks of most DAGs of the same Airflow
+
+
 def test_every_task_says_what_it_does_and_what_to_do_when_it_fails_and_the_dag_lists_the_settings():
     config = TableConfig(table="lake.db.events", lease_seconds=1200, spark={"conf": {"spark.secret.key": "s3cr3t"}})
     for dag in (build_compaction_dag(config), build_full_rewrite_dag(config)):
