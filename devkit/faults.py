@@ -34,6 +34,7 @@ from typing import Any
 
 import psutil
 
+from airflow_iceberg.core.job_secrets import ORPHAN_AGE_SECONDS, remove_orphaned_job_secrets
 from airflow_iceberg.core.writer import WriteGateClient
 from airflow_iceberg.surface.dag_factory import REWRITE_TASK_ID, compaction_dag_id, full_rewrite_dag_id
 from airflow_iceberg.table_list.loader import load_table_list
@@ -68,6 +69,12 @@ def task_killed_mid_rewrite(bench: FaultBench) -> Outcome:
         killed = time.monotonic()
         wait_for("spark-submit and its driver to die", lambda: not any(alive(p) for p in spark), 120)
         spark_gone = time.monotonic() - killed
+    # Its job secrets, if the job had not read them yet: the next rewrite removes them once an hour old.
+    left = list(Path(tempfile.gettempdir()).glob(f"airflow-iceberg-job-{process.pid}-*"))
+    for directory in left:
+        an_hour_ago = time.time() - ORPHAN_AGE_SECONDS
+        os.utime(directory, (an_hour_ago, an_hour_ago))
+    remove_orphaned_job_secrets()
     return bench.outcome(
         "task killed mid-rewrite",
         started,
@@ -75,6 +82,8 @@ def task_killed_mid_rewrite(bench: FaultBench) -> Outcome:
         failed_before=failed,
         spark_gone_seconds=spark_gone,
         lease_seconds=config.lease_seconds,
+        secrets_left_by_the_kill=len(left),
+        secrets_left_after_an_hour=[str(d) for d in left if d.exists()],
     )
 
 

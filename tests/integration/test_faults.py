@@ -39,6 +39,7 @@ def test_a_killed_task_takes_its_spark_job_with_it_and_writers_resume_at_the_lea
     assert outcome.checks["spark_gone_seconds"] < 15  # within seconds, not when Spark would have finished
     assert outcome.gate_after == "released at lease end"  # nobody was left to open it
     assert outcome.paused_seconds <= outcome.checks["lease_seconds"] + 30
+    assert outcome.checks["secrets_left_after_an_hour"] == []  # a killed task's secrets file outlives it an hour
 
 
 @pytest.mark.timeout(1800)
